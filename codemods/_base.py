@@ -1,0 +1,552 @@
+"""What every transform shares: settings, the file's role, findings, imports, rank context.
+
+A transform is a LibCST ``VisitorBasedCodemodCommand``: it declares its metadata,
+resolves torch APIs by qualified name, and schedules imports through
+``AddImportsVisitor`` / ``RemoveImportsVisitor``, which the command applies once at
+the end.  On top of that this base class gives each transform:
+
+* ``changed`` / ``manual``: findings (what was rewritten, what is left for a human),
+  recorded at the node's position; ``manual`` also puts a ``# dp2ddp:`` marker
+  comment above the statement so that the reviewer sees it in the diff.
+* ``rank_name``: the name of this process's ``local_rank`` / ``device`` at a node;
+  when the scope has none, a two-line preamble that derives it from ``LOCAL_RANK``
+  is scheduled at the top of that function (or after the module's imports).
+* ``module_alias`` / ``object_alias``: the local name of ``torch.distributed``,
+  ``DistributedDataParallel``... reusing the file's own import when there is one.
+* ``replace_statement``: replace a whole statement (by its original node) with
+  zero or more statements, applied when the transformer leaves it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import ClassVar, Dict, Iterable, List, Optional, Sequence, Set, Union
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import (
+    FunctionScope,
+    GlobalScope,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
+
+from . import _patterns as P
+
+MARKER = "# dp2ddp:"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Options of one conversion run (immutable; one object shared by all files)."""
+
+    #: "global": DP's ``batch_size`` is the global batch, each process gets
+    #: ``batch_size // world_size`` (the training math is kept).  "per-process":
+    #: keep the number per process (global batch and learning rate change).
+    batch_size: str = "global"
+    #: Convert BatchNorm to SyncBatchNorm before wrapping (GPU only).
+    sync_bn: bool = False
+    #: Put ``# dp2ddp:`` marker comments at spots left for a human.
+    markers: bool = True
+
+
+@dataclass(frozen=True)
+class FileRole:
+    """What a file is in the program being converted (decided by the engine)."""
+
+    #: The process group is set up here (``__main__`` block or module-level script).
+    is_entry: bool = False
+    #: "main-block": set up in ``if __name__ == "__main__":``; "module": a script
+    #: whose training runs at module level.
+    entry_kind: str = ""
+    #: Code in this file runs in the distributed program (after the process group is
+    #: up), so per-rank guards (``dist.get_rank() == 0``) are safe in its functions.
+    in_program: bool = True
+    #: The program has no DataParallel: a single-device script whose model must be
+    #: wrapped in DDP by us.
+    single_device: bool = False
+    #: The file already sets up DDP itself (init_process_group, DDP, spawn).
+    already_distributed: bool = False
+
+
+@dataclass
+class Finding:
+    code: str
+    #: "change": rewritten; "manual": left for a human; "note": a consequence to know.
+    kind: str
+    line: int
+    column: int
+    message: str
+    transform: str = ""
+    path: str = ""
+
+    def to_dict(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+Stmt = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+
+
+class Transform(VisitorBasedCodemodCommand):
+    """Base class of the convert transforms (one per module in ``codemods/``)."""
+
+    #: Stable code, shared with the matching lint rule (e.g. "DDP001").
+    CODE: ClassVar[str] = ""
+    #: Short kebab-case name of the transform.
+    NAME: ClassVar[str] = ""
+    DESCRIPTION: ClassVar[str] = ""
+
+    METADATA_DEPENDENCIES = (
+        QualifiedNameProvider,
+        ScopeProvider,
+        PositionProvider,
+        ParentNodeProvider,
+    )
+
+    def __init__(
+        self,
+        context: CodemodContext,
+        settings: Settings = Settings(),
+        role: FileRole = FileRole(),
+    ) -> None:
+        super().__init__(context)
+        self.settings = settings
+        self.role = role
+        self.findings: List[Finding] = []
+        self._markers: Dict[cst.CSTNode, List[str]] = {}
+        self._replacements: Dict[cst.CSTNode, Sequence[cst.BaseStatement]] = {}
+        self._before: Dict[cst.CSTNode, List[cst.BaseStatement]] = {}
+        self._preambles: Dict[cst.CSTNode, List[str]] = {}
+        self._aliases: Dict[tuple, str] = {}
+        self._helpers: Dict[str, str] = {}
+
+    @classmethod
+    def applies_to(cls, role: FileRole) -> bool:
+        """Whether this transform runs on a file with this role at all."""
+        return not role.already_distributed
+
+    # ------------------------------------------------------------------ names
+    def qnames(self, node: cst.CSTNode) -> Set[str]:
+        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+
+    def is_ref(self, node: cst.CSTNode, names: Iterable[str]) -> bool:
+        """``node`` (a Name or Attribute) refers to one of ``names``."""
+        return not self.qnames(node).isdisjoint(names)
+
+    def is_call(self, node: cst.CSTNode, names: Iterable[str]) -> bool:
+        return isinstance(node, cst.Call) and self.is_ref(node.func, names)
+
+    def call_qname(self, node: cst.CSTNode) -> Optional[str]:
+        if isinstance(node, cst.Call):
+            names = self.qnames(node.func)
+            if names:
+                return sorted(names)[0]
+        return None
+
+    # --------------------------------------------------------------- findings
+    def position(self, node: cst.CSTNode) -> tuple:
+        pos = self.get_metadata(PositionProvider, node, None)
+        if pos is None:
+            return (0, 0)
+        return (pos.start.line, pos.start.column + 1)
+
+    def changed(self, node: cst.CSTNode, message: str, code: Optional[str] = None) -> None:
+        line, col = self.position(node)
+        self.findings.append(
+            Finding(code or self.CODE, "change", line, col, message, self.NAME)
+        )
+
+    def note(self, node: cst.CSTNode, message: str, code: Optional[str] = None) -> None:
+        line, col = self.position(node)
+        self.findings.append(
+            Finding(code or self.CODE, "note", line, col, message, self.NAME)
+        )
+
+    def manual(
+        self,
+        node: cst.CSTNode,
+        message: str,
+        code: Optional[str] = None,
+        marker: bool = True,
+    ) -> None:
+        """Leave ``node`` as it is and report it for a human, with a marker comment."""
+        line, col = self.position(node)
+        code = code or self.CODE
+        self.findings.append(Finding(code, "manual", line, col, message, self.NAME))
+        if marker and self.settings.markers:
+            stmt = self.statement_of(node)
+            if stmt is not None:
+                self._markers.setdefault(stmt, []).append(f"{MARKER} {code} {message}")
+
+    # ----------------------------------------------------------------- parents
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return self.get_metadata(ParentNodeProvider, node, None)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterable[cst.CSTNode]:
+        current = self.parent(node)
+        while current is not None:
+            yield current
+            current = self.parent(current)
+
+    def statement_of(self, node: cst.CSTNode) -> Optional[Stmt]:
+        """The statement that holds ``node`` (a compound one for a node in its header)."""
+        current: Optional[cst.CSTNode] = node
+        while current is not None:
+            if isinstance(current, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return current
+            current = self.parent(current)
+        return None
+
+    def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.FunctionDef):
+                return anc
+        return None
+
+    # ----------------------------------------------------------------- imports
+    def module_alias(self, module: str, preferred: str) -> str:
+        """Local name for ``module`` (e.g. ``dist`` for ``torch.distributed``)."""
+        key = ("module", module)
+        if key in self._aliases:
+            return self._aliases[key]
+        name = self._existing_import(module, None)
+        if name is None:
+            if self._free_global(preferred):
+                AddImportsVisitor.add_needed_import(self.context, module, asname=preferred)
+                name = preferred
+            else:
+                AddImportsVisitor.add_needed_import(self.context, module)
+                name = module
+        self._aliases[key] = name
+        return name
+
+    def object_alias(self, module: str, obj: str, qualified: Iterable[str] = ()) -> str:
+        """Local name for ``from module import obj`` (reusing an existing import)."""
+        key = ("object", module, obj)
+        if key in self._aliases:
+            return self._aliases[key]
+        name = self._existing_import(module, obj, qualified)
+        if name is None:
+            if self._free_global(obj):
+                AddImportsVisitor.add_needed_import(self.context, module, obj)
+                name = obj
+            else:  # the name is taken by something else: spell it out
+                torch_name = self.module_alias("torch", "torch")
+                name = f"{torch_name}{module[len('torch'):]}.{obj}"
+        self._aliases[key] = name
+        return name
+
+    def _existing_import(
+        self, module: str, obj: Optional[str], qualified: Iterable[str] = ()
+    ) -> Optional[str]:
+        wanted = {f"{module}.{obj}" if obj else module, *qualified}
+        scope = self._global_scope()
+        if scope is None:
+            return None
+        for assignment in scope.assignments:
+            node = getattr(assignment, "node", None)
+            if not isinstance(node, (cst.Import, cst.ImportFrom)):
+                continue
+            for qname in scope.get_qualified_names_for(assignment.name):
+                if qname.name in wanted and assignment.name.isidentifier():
+                    return assignment.name
+        if obj is None:
+            # ``import torch.distributed`` binds ``torch`` and makes the dotted path valid
+            for assignment in scope.assignments:
+                node = getattr(assignment, "node", None)
+                if isinstance(node, cst.Import):
+                    for alias in node.names:
+                        if alias.asname is None and _dotted(alias.name) == module:
+                            return module
+        return None
+
+    def _global_scope(self) -> Optional[GlobalScope]:
+        scope = self.get_metadata(ScopeProvider, self.module, None)
+        return scope if isinstance(scope, GlobalScope) else None
+
+    def _free_global(self, name: str) -> bool:
+        scope = self._global_scope()
+        return scope is None or name not in scope.assignments
+
+    def dist(self) -> str:
+        return self.module_alias("torch.distributed", "dist")
+
+    def torch(self) -> str:
+        return self.module_alias("torch", "torch")
+
+    def main_process_test(self) -> cst.BaseExpression:
+        """``dist.get_rank() == 0``: true on exactly one process of the job."""
+        return cst.parse_expression(f"{self.dist()}.get_rank() == 0")
+
+    # ------------------------------------------------------------ rank context
+    def rank_name(self, node: cst.CSTNode, what: str) -> Optional[str]:
+        """Name of this process's ``local_rank`` or ``device`` where ``node`` is.
+
+        Returns None where no preamble can be placed (a lambda, a class body):
+        the caller then reports the spot instead of guessing.
+        """
+        scope = self.get_metadata(ScopeProvider, node, None)
+        while scope is not None and not isinstance(scope, (FunctionScope, GlobalScope)):
+            scope = scope.parent
+        if scope is None:
+            return None
+        owner = self.module if isinstance(scope, GlobalScope) else scope.node
+        if isinstance(owner, cst.Lambda):
+            return None
+        if what == "device":
+            if self._usable_device(scope):
+                return "device"
+            if "device" in scope and not self._preamble_has(owner, "device"):
+                return None  # a different "device" is in scope: don't guess
+            self._need(owner, "local_rank", scope)
+            self._need(owner, "device", scope)
+            return "device"
+        if what == "local_rank":
+            self._need(owner, "local_rank", scope)
+            return "local_rank"
+        raise ValueError(what)
+
+    def _usable_device(self, scope) -> bool:
+        """A ``device`` in scope that holds this rank's device (or is passed in)."""
+        if "device" not in scope:
+            return False
+        assignments = scope["device"]
+        for assignment in assignments:
+            node = getattr(assignment, "node", None)
+            if isinstance(node, cst.Param):
+                continue
+            if isinstance(node, cst.Name):
+                assign = self._assign_of(node)
+                if assign is not None and (
+                    P.is_rank_device(self, assign.value) or P.is_device_spec(self, assign.value)
+                ):
+                    continue
+            return False
+        return bool(assignments)
+
+    def _assign_of(self, name: cst.Name) -> Optional[cst.Assign]:
+        target = self.parent(name)
+        if isinstance(target, cst.AssignTarget):
+            assign = self.parent(target)
+            if isinstance(assign, cst.Assign):
+                return assign
+        return None
+
+    def _preamble_has(self, owner: cst.CSTNode, what: str) -> bool:
+        return what in self._preambles.get(owner, [])
+
+    def _need(self, owner: cst.CSTNode, what: str, scope) -> None:
+        if what == "local_rank" and "local_rank" in scope and not self._preamble_has(
+            owner, "local_rank"
+        ):
+            return  # the function already has (or receives) its local rank
+        needed = self._preambles.setdefault(owner, [])
+        if what not in needed:
+            needed.append(what)
+            if what == "local_rank":
+                AddImportsVisitor.add_needed_import(self.context, "os")
+
+    def _preamble_statements(self, needs: List[str]) -> List[cst.BaseStatement]:
+        torch_name = self.torch()
+        code = []
+        if "local_rank" in needs:
+            code.append('local_rank = int(os.environ.get("LOCAL_RANK", 0))\n')
+        if "device" in needs:
+            code.append(
+                f'device = {torch_name}.device("cuda", local_rank) if '
+                f'{torch_name}.cuda.is_available() else {torch_name}.device("cpu")\n'
+            )
+        return list(cst.parse_module("".join(code)).body)
+
+    # ------------------------------------------------------- statement edits
+    def replace_statement(self, original: Stmt, new: Sequence[cst.BaseStatement]) -> None:
+        self._replacements[original] = list(new)
+
+    def insert_before(self, original: Stmt, new: Sequence[cst.BaseStatement]) -> None:
+        """Put ``new`` right before the statement ``original`` (when leaving it)."""
+        self._before.setdefault(original, []).extend(new)
+
+    def already_moved(self, expr: cst.CSTNode, at: cst.CSTNode) -> bool:
+        """``expr`` names a module that was put on a device before ``at``
+        (``model = Net().to(device)`` or ``model.to(device)`` earlier in the scope)."""
+        if not isinstance(expr, cst.Name):
+            return False
+        scope = self.get_metadata(ScopeProvider, at, None)
+        if scope is None:
+            return False
+        line = self.position(at)[0]
+        move = m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))
+        for assignment in scope[expr.value]:
+            node = getattr(assignment, "node", None)
+            if isinstance(node, cst.Name):
+                assign = self._assign_of(node)
+                if assign is not None and m.matches(assign.value, move) and self.position(assign)[0] < line:
+                    return True
+        for access in scope.accesses[expr.value]:
+            attr = self.parent(access.node)
+            if isinstance(attr, cst.Attribute) and attr.value is access.node and attr.attr.value in ("to", "cuda"):
+                call = self.parent(attr)
+                if isinstance(call, cst.Call) and isinstance(self.parent(call), cst.Expr):
+                    if self.position(call)[0] < line:
+                        return True
+        return False
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        result = super().on_leave(original_node, updated_node)
+        if isinstance(result, cst.IndentedBlock) and not result.body:
+            # every statement of the block was removed: keep it valid
+            result = result.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+        if original_node in self._preambles and isinstance(result, cst.FunctionDef):
+            result = self._insert_into_function(result, self._preambles[original_node])
+        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            if original_node in self._replacements:
+                new = list(self._replacements[original_node])
+                if new and isinstance(result, cst.CSTNode):
+                    # keep the comments above the statement on its replacement
+                    first = new[0]
+                    lead = list(getattr(result, "leading_lines", ()))
+                    new[0] = first.with_changes(leading_lines=[*lead, *first.leading_lines])
+                result = cst.FlattenSentinel(new) if new else cst.RemoveFromParent()
+            if original_node in self._markers:
+                result = self._add_markers(result, self._markers[original_node])
+            if original_node in self._before:
+                result = self._prepend(result, self._before[original_node])
+        return result
+
+    @staticmethod
+    def _prepend(result, new: List[cst.BaseStatement]):
+        if isinstance(result, cst.RemovalSentinel):
+            return cst.FlattenSentinel(new)
+        nodes = list(result.nodes) if isinstance(result, cst.FlattenSentinel) else [result]
+        if nodes and new:
+            # the comments above the statement move up, above the inserted code
+            lead = list(nodes[0].leading_lines)
+            nodes[0] = nodes[0].with_changes(leading_lines=[])
+            new = list(new)
+            new[0] = new[0].with_changes(leading_lines=[*lead, *new[0].leading_lines])
+        return cst.FlattenSentinel([*new, *nodes])
+
+    def helper(self, preferred: str, code: str) -> str:
+        """Name of a module-level helper function that dp2ddp adds once per file.
+
+        ``code`` is the function's source with ``{name}`` where its name goes.  A
+        helper added by an earlier run (its docstring says dp2ddp) is reused.
+        """
+        if preferred in self._helpers:
+            return preferred
+        for candidate in (preferred, f"dp2ddp_{preferred}"):
+            existing = self._module_function(candidate)
+            if existing is not None:
+                if "dp2ddp" in self.module.code_for_node(existing):
+                    return candidate
+                continue
+            if self._free_global(candidate):
+                self._helpers[candidate] = code.format(name=candidate)
+                return candidate
+        raise ValueError(f"no free name for helper {preferred}")
+
+    def _module_function(self, name: str) -> Optional[cst.FunctionDef]:
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
+                return stmt
+        return None
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        body = list(updated_node.body)
+        at = header_end(body)
+        new: List[cst.BaseStatement] = []
+        for code in self._helpers.values():
+            func = cst.parse_module(code).body[0]
+            new.append(func.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
+        if original_node in self._preambles:
+            new.extend(self._preamble_statements(self._preambles[original_node]))
+        if not new:
+            return updated_node
+        rest = body[at:]
+        if rest and self._helpers:
+            rest[0] = rest[0].with_changes(leading_lines=at_least_two_blank(rest[0].leading_lines))
+        return updated_node.with_changes(body=[*body[:at], *new, *rest])
+
+    def _insert_into_function(self, func: cst.FunctionDef, needs: List[str]) -> cst.FunctionDef:
+        body = func.body
+        if not isinstance(body, cst.IndentedBlock):
+            return func
+        stmts = list(body.body)
+        at = 0
+        while at < len(stmts) and (_is_docstring(stmts[at]) and at == 0 or _is_global_decl(stmts[at])):
+            at += 1
+        new = self._preamble_statements(needs)
+        return func.with_changes(body=body.with_changes(body=[*stmts[:at], *new, *stmts[at:]]))
+
+    def _add_markers(self, result, messages: List[str]):
+        def mark(stmt):
+            lead = list(stmt.leading_lines)
+            existing = {line.comment.value for line in lead if line.comment is not None}
+            for text in messages:
+                if text not in existing:
+                    existing.add(text)
+                    lead.append(cst.EmptyLine(comment=cst.Comment(text)))
+            return stmt.with_changes(leading_lines=lead)
+
+        if isinstance(result, cst.FlattenSentinel):
+            nodes = list(result.nodes)
+            if nodes:
+                nodes[0] = mark(nodes[0])
+            return cst.FlattenSentinel(nodes)
+        if isinstance(result, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return mark(result)
+        return result
+
+
+# --------------------------------------------------------------- helpers
+_dotted = P.dotted_name
+
+
+def blank_lines(count: int) -> List[cst.EmptyLine]:
+    return [cst.EmptyLine() for _ in range(count)]
+
+
+def at_least_two_blank(lines: Sequence[cst.EmptyLine]) -> List[cst.EmptyLine]:
+    """Leading lines with at least two blank lines first (PEP 8 after a function)."""
+    lines = list(lines)
+    blanks = 0
+    for line in lines:
+        if line.comment is not None:
+            break
+        blanks += 1
+    return blank_lines(max(0, 2 - blanks)) + lines
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return m.matches(
+        stmt,
+        m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())]),
+    )
+
+
+def _is_global_decl(stmt: cst.CSTNode) -> bool:
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Global() | m.Nonlocal()]))
+
+
+def _is_import(stmt: cst.CSTNode) -> bool:
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()]))
+
+
+def header_end(body: Sequence[cst.CSTNode]) -> int:
+    """Index after a module's leading docstring and imports (before its first code)."""
+    at = 0
+    for index, stmt in enumerate(body):
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            break
+        if _is_import(stmt) or (index == 0 and _is_docstring(stmt)):
+            at = index + 1
+        elif isinstance(stmt, cst.Try) and all(
+            _is_import(s) for s in stmt.body.body
+        ):
+            at = index + 1  # try: import x / except ImportError: ...
+    return at

@@ -1,0 +1,122 @@
+"""Qualified names of the torch (and friends) APIs that the transforms care about.
+
+Matching is always done on qualified names resolved through LibCST metadata
+(``QualifiedNameProvider``), so every import spelling is recognised:
+``torch.nn.DataParallel``, ``nn.DataParallel`` after ``import torch.nn as nn``,
+``DP`` after ``from torch.nn.parallel import DataParallel as DP``.  A project's own
+class that happens to be called ``DataParallel`` resolves to a local name and is
+never mistaken for torch's.
+"""
+
+from __future__ import annotations
+
+DATA_PARALLEL = frozenset(
+    {
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+        "torch.nn.parallel.data_parallel.DataParallel",
+    }
+)
+DATA_PARALLEL_FUNCTION = frozenset(
+    {
+        "torch.nn.parallel.data_parallel",
+        "torch.nn.parallel.data_parallel.data_parallel",
+    }
+)
+DDP = frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+    }
+)
+DATA_LOADER = frozenset(
+    {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+)
+DISTRIBUTED_SAMPLER = frozenset(
+    {
+        "torch.utils.data.DistributedSampler",
+        "torch.utils.data.distributed.DistributedSampler",
+    }
+)
+TORCH_SAVE = frozenset({"torch.save"})
+TORCH_LOAD = frozenset({"torch.load"})
+INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
+DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})
+SPAWN = frozenset(
+    {
+        "torch.multiprocessing.spawn",
+        "torch.multiprocessing.start_processes",
+        "torch.multiprocessing.spawn.spawn",
+    }
+)
+TORCH_DEVICE = frozenset({"torch.device"})
+CUDA_IS_AVAILABLE = frozenset({"torch.cuda.is_available"})
+CUDA_DEVICE_COUNT = frozenset({"torch.cuda.device_count"})
+CUDA_SET_DEVICE = frozenset({"torch.cuda.set_device"})
+CONVERT_SYNC_BN = frozenset(
+    {
+        "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+        "torch.nn.modules.batchnorm.SyncBatchNorm.convert_sync_batchnorm",
+    }
+)
+SUMMARY_WRITER = frozenset(
+    {
+        "torch.utils.tensorboard.SummaryWriter",
+        "torch.utils.tensorboard.writer.SummaryWriter",
+        "tensorboardX.SummaryWriter",
+        "tensorboardX.writer.SummaryWriter",
+    }
+)
+TQDM = frozenset(
+    {
+        "tqdm.tqdm",
+        "tqdm.auto.tqdm",
+        "tqdm.notebook.tqdm",
+        "tqdm.std.tqdm",
+        "tqdm.trange",
+        "tqdm.auto.trange",
+    }
+)
+#: ``logging`` calls that are progress chatter (the N copies of which we remove).
+#: Warnings and errors keep coming from every rank: a rank's own problem matters.
+LOGGING_CHATTER = frozenset({"logging.info", "logging.debug"})
+LOGGER_FACTORY = frozenset({"logging.getLogger"})
+LOGGER_CHATTER_METHODS = frozenset({"info", "debug"})
+
+#: Names in ``torch.optim`` that are not optimizers.
+_NOT_OPTIMIZERS = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
+
+#: torch.distributed collectives: reaching one on some ranks only is a deadlock.
+COLLECTIVES = frozenset(
+    "torch.distributed." + name
+    for name in (
+        "barrier",
+        "all_reduce",
+        "all_gather",
+        "all_gather_object",
+        "all_gather_into_tensor",
+        "all_to_all",
+        "broadcast",
+        "broadcast_object_list",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "monitored_barrier",
+    )
+)
+
+
+def is_optimizer(name: str) -> bool:
+    """``torch.optim.SGD`` and friends (also ``torch.optim.sgd.SGD``), not schedulers."""
+    if not name.startswith("torch.optim.") or name.startswith(_NOT_OPTIMIZERS):
+        return False
+    last = name.rsplit(".", 1)[-1]
+    return last[:1].isupper() and last != "Optimizer"
+
+
+def is_wandb(name: str) -> bool:
+    return name == "wandb" or name.startswith("wandb.")

@@ -1,0 +1,332 @@
+"""Recognisers for the code shapes the transforms look for.
+
+Each takes the transform (for qualified-name metadata) and a node.  They only
+answer questions; editing lives in the transforms.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Iterator, Optional
+
+import libcst as cst
+import libcst.matchers as m
+
+from . import _names as N
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._base import Transform
+
+_CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
+_GPU_WORD = re.compile(r"(?i)(cuda|gpu|n_?gpu|ngpus?|num_?gpus|multi|parallel|device|dp$)")
+_EVAL_WORD = re.compile(r"(?i)(^|_|\b)(val|valid|validation|test|eval|evaluation|dev|holdout)(_|\b|$|\d|s|set|data|loader)")
+_TRAIN_WORD = re.compile(r"(?i)train")
+
+
+def string_value(node: cst.CSTNode) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        try:
+            value = node.evaluated_value
+        except Exception:  # pragma: no cover - odd literal
+            return None
+        return value if isinstance(value, str) else None
+    return None
+
+
+def is_cuda_string(node: cst.CSTNode) -> bool:
+    value = string_value(node)
+    if value is not None:
+        return bool(_CUDA_STRING.match(value))
+    if isinstance(node, cst.FormattedString):
+        # f"cuda:{args.gpu}"
+        text = "".join(
+            part.value for part in node.parts if isinstance(part, cst.FormattedStringText)
+        )
+        return text.startswith("cuda:") or text == "cuda"
+    return False
+
+
+def is_cpu_spec(t: "Transform", node: cst.CSTNode) -> bool:
+    if string_value(node) == "cpu":
+        return True
+    return (
+        t.is_call(node, N.TORCH_DEVICE)
+        and len(node.args) == 1
+        and string_value(node.args[0].value) == "cpu"
+    )
+
+
+def is_cuda_spec(t: "Transform", node: cst.CSTNode) -> bool:
+    """``"cuda"``, ``"cuda:0"``, ``f"cuda:{i}"``, ``torch.device("cuda", 0)``..."""
+    if is_cuda_string(node):
+        return True
+    if t.is_call(node, N.TORCH_DEVICE) and node.args:
+        first = node.args[0].value
+        return is_cuda_string(first) or is_device_spec(t, first)
+    return False
+
+
+def is_device_spec(t: "Transform", node: cst.CSTNode) -> bool:
+    """A GPU device, optionally with a CPU fallback (``"cuda" if ... else "cpu"``)."""
+    if is_cuda_spec(t, node):
+        return True
+    if isinstance(node, cst.IfExp):
+        return is_cuda_spec(t, node.body) and is_cpu_spec(t, node.orelse)
+    if t.is_call(node, N.TORCH_DEVICE) and len(node.args) == 1:
+        return is_device_spec(t, node.args[0].value)
+    return False
+
+
+def device_fallback_test(t: "Transform", node: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """The condition of ``"cuda" if COND else "cpu"`` (also inside torch.device)."""
+    if isinstance(node, cst.IfExp):
+        return node.test
+    if t.is_call(node, N.TORCH_DEVICE) and len(node.args) == 1:
+        return device_fallback_test(t, node.args[0].value)
+    return None
+
+
+def is_rank_device(t: "Transform", node: cst.CSTNode) -> bool:
+    """``torch.device("cuda", local_rank) if ... else torch.device("cpu")``."""
+    if isinstance(node, cst.IfExp):
+        node = node.body
+    return (
+        t.is_call(node, N.TORCH_DEVICE)
+        and len(node.args) == 2
+        and string_value(node.args[0].value) == "cuda"
+        and m.matches(node.args[1].value, m.Name("local_rank"))
+    )
+
+
+def dotted_name(node: cst.CSTNode) -> str:
+    """``a.b.c`` for a Name/Attribute chain, '' otherwise."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        inner = dotted_name(node.value)
+        return f"{inner}.{node.attr.value}" if inner else ""
+    return ""
+
+
+dotted_module = dotted_name
+
+
+def names_in(node: cst.CSTNode) -> Iterator[str]:
+    """Identifiers (Name values and attribute names) used in an expression."""
+    for sub in _walk(node):
+        if isinstance(sub, cst.Name):
+            yield sub.value
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def is_gpu_guard(t: "Transform", test: cst.BaseExpression) -> bool:
+    """A condition that only asks about GPUs: ``torch.cuda.device_count() > 1``,
+    ``n_gpu > 1``, ``len(args.gpu_ids) > 1``, ``torch.cuda.is_available()``,
+    ``device == "cuda"``, ``args.cuda``, and ``and``/``or`` of those."""
+    if isinstance(test, cst.BooleanOperation):
+        return is_gpu_guard(t, test.left) and is_gpu_guard(t, test.right)
+    if isinstance(test, cst.UnaryOperation):
+        return False  # "not cuda": the CPU branch
+    if isinstance(test, cst.Comparison):
+        operands = [test.left, *(c.comparator for c in test.comparisons)]
+        saw_gpu = False
+        for operand in operands:
+            if isinstance(operand, cst.Integer) or string_value(operand) in ("cuda", "cpu"):
+                continue
+            if _is_gpu_term(t, operand):
+                saw_gpu = True
+                continue
+            return False
+        return saw_gpu
+    return _is_gpu_term(t, test)
+
+
+def _is_gpu_term(t: "Transform", node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.Call):
+        if t.is_ref(node.func, N.CUDA_DEVICE_COUNT | N.CUDA_IS_AVAILABLE):
+            return True
+        if m.matches(node.func, m.Name("len")) and len(node.args) == 1:
+            return _is_gpu_term(t, node.args[0].value)
+        return False
+    if isinstance(node, cst.Attribute):
+        if node.attr.value == "type":  # device.type
+            return _is_gpu_term(t, node.value)
+        return bool(_GPU_WORD.search(node.attr.value))
+    if isinstance(node, cst.Name):
+        return bool(_GPU_WORD.search(node.value))
+    return False
+
+
+def is_eval_name(name: str) -> bool:
+    return bool(_EVAL_WORD.search(name)) and not _TRAIN_WORD.search(name)
+
+
+def is_train_name(name: str) -> bool:
+    return bool(_TRAIN_WORD.search(name)) and not _EVAL_WORD.search(name.replace("train", ""))
+
+
+def is_pure(node: cst.CSTNode) -> bool:
+    """An expression that cannot reach a collective: no calls except harmless ones.
+
+    Used before putting code behind ``if rank == 0:``: anything that might call the
+    model (a DDP forward) or a collective must run on every rank.
+    """
+    for sub in _walk(node):
+        if isinstance(sub, cst.Call):
+            if not _harmless_call(sub):
+                return False
+    return True
+
+
+_HARMLESS_FUNCS = frozenset(
+    {"len", "str", "repr", "int", "float", "round", "format", "min", "max", "sum",
+     "abs", "sorted", "list", "tuple", "dict", "type", "isinstance", "getattr",
+     "vars", "enumerate", "zip", "range"}
+)
+_HARMLESS_METHODS = frozenset(
+    {"item", "format", "join", "tolist", "numpy", "cpu", "detach", "size", "dim",
+     "mean", "sum", "get", "keys", "values", "items", "time", "perf_counter",
+     "strftime", "now", "upper", "lower", "strip", "replace", "numel", "avg",
+     "get_last_lr", "state_dict", "device_count", "is_available", "get_device_name",
+     "get_world_size", "get_rank", "memory_allocated", "max_memory_allocated",
+     "getcwd", "join", "exists", "basename", "dirname", "count"}
+)
+
+
+def _harmless_call(call: cst.Call) -> bool:
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value in _HARMLESS_FUNCS
+    if isinstance(func, cst.Attribute):
+        return func.attr.value in _HARMLESS_METHODS
+    return False
+
+
+def target_names(target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from target_names(element.value)
+    elif isinstance(target, cst.Attribute):
+        yield target.attr.value
+
+
+# ------------------------------------------------------------------ rank checks
+_RANK_WORD = re.compile(r"(?i)(^|_)(global_?|local_?|world_?|node_?)?rank$|^rank")
+_MAIN_FUNC = re.compile(
+    r"(?i)^(is_)?(main_?process|master|main|primary|rank_?0|rank_?zero|leader|local_?master|"
+    r"local_?main_?process|world_?process_?zero|is_world_process_zero|chief)(_process)?$"
+)
+_MAIN_VAR = re.compile(r"(?i)^(is_)?(main|master|primary|rank_?0|rank_?zero|leader|chief)(_?proc(ess)?|_?rank|_?node)?$")
+
+
+def is_rank_expr(t: "Transform", node: cst.CSTNode) -> bool:
+    """``dist.get_rank()``, ``rank``, ``args.local_rank``, ``args.rank % ngpus``..."""
+    if isinstance(node, cst.Call):
+        names = t.qnames(node.func)
+        if any(n.startswith("torch.distributed.") and n.endswith(("get_rank", "get_node_local_rank")) for n in names):
+            return True
+        last = node.func.attr.value if isinstance(node.func, cst.Attribute) else getattr(node.func, "value", "")
+        return last in ("get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank")
+    if isinstance(node, cst.BinaryOperation):
+        return is_rank_expr(t, node.left)
+    if isinstance(node, cst.Name):
+        return bool(_RANK_WORD.search(node.value))
+    if isinstance(node, cst.Attribute):
+        return bool(_RANK_WORD.search(node.attr.value))
+    if isinstance(node, cst.Subscript):  # os.environ["RANK"]
+        value = node.slice[0].slice if node.slice else None
+        key = string_value(value.value) if isinstance(value, cst.Index) else None
+        return key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID")
+    return False
+
+
+def is_main_process_check(t: "Transform", test: cst.BaseExpression) -> bool:
+    """A test that is true on the main process only (rank 0)."""
+    if isinstance(test, cst.BooleanOperation):
+        if isinstance(test.operator, cst.And):
+            return is_main_process_check(t, test.left) or is_main_process_check(t, test.right)
+        return is_main_process_check(t, test.left) and is_main_process_check(t, test.right)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return is_rank_expr(t, test.expression)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        op = target.operator
+        left, right = test.left, target.comparator
+        if isinstance(right, cst.Integer) and right.value == "0" and isinstance(op, (cst.Equal, cst.LessThanEqual, cst.LessThan)):
+            return is_rank_expr(t, left) or _int_call_of_rank(t, left)
+        if isinstance(left, cst.Integer) and left.value == "0" and isinstance(op, cst.Equal):
+            return is_rank_expr(t, right)
+        if isinstance(op, cst.In) and isinstance(right, (cst.List, cst.Tuple, cst.Set)):
+            numbers = set()
+            for element in right.elements:
+                v = element.value
+                if isinstance(v, cst.Integer):
+                    numbers.add(v.value)
+                elif isinstance(v, cst.UnaryOperation) and isinstance(v.expression, cst.Integer):
+                    numbers.add("-" + v.expression.value)
+            return "0" in numbers and numbers <= {"0", "-1"} and is_rank_expr(t, left)
+        return False
+    if isinstance(test, cst.Call):
+        func = test.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+        return bool(_MAIN_FUNC.match(name or ""))
+    if isinstance(test, cst.Name):
+        return bool(_MAIN_VAR.match(test.value))
+    if isinstance(test, cst.Attribute):
+        return bool(_MAIN_VAR.match(test.attr.value))
+    return False
+
+
+def _int_call_of_rank(t: "Transform", node: cst.CSTNode) -> bool:
+    # int(os.environ["RANK"]) == 0
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value == "int"
+        and len(node.args) == 1
+        and (is_rank_expr(t, node.args[0].value) or _environ_rank(node.args[0].value))
+    )
+
+
+def _environ_rank(node: cst.CSTNode) -> bool:
+    # os.environ.get("RANK", 0)
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "get"
+        and bool(node.args)
+        and string_value(node.args[0].value) in ("RANK", "LOCAL_RANK", "SLURM_PROCID")
+    )
+
+
+def is_rank_dependent(t: "Transform", test: cst.BaseExpression) -> bool:
+    """A test whose value may differ between ranks because it asks about the rank."""
+    if is_main_process_check(t, test):
+        return True
+    for sub in _walk(test):
+        if isinstance(sub, (cst.Call, cst.Name, cst.Attribute, cst.Subscript)) and (
+            is_rank_expr(t, sub) or _environ_rank(sub)
+        ):
+            return True
+    return False
+
+
+def under_main_process_check(t: "Transform", node: cst.CSTNode) -> bool:
+    """``node`` only runs on the main process (inside ``if rank == 0:`` and the like)."""
+    child = node
+    for anc in t.ancestors(node):
+        if isinstance(anc, cst.If) and child is anc.body and is_main_process_check(t, anc.test):
+            return True
+        if isinstance(anc, cst.IfExp) and child is anc.body and is_main_process_check(t, anc.test):
+            return True
+        if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        child = anc
+    return False

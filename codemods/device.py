@@ -1,0 +1,181 @@
+"""DDP005 rank-device: one device per process instead of hard-wired GPUs.
+
+Under DDP every process drives one GPU, the one at index ``LOCAL_RANK`` on its
+node, and the converted script must also run on a CPU-only machine (gloo).  So:
+
+* ``x.cuda()``, ``x.cuda(0)``, ``x.cuda(args.gpu)`` become ``x.to(device)``
+  (``non_blocking=`` is kept);
+* ``device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")``,
+  ``device = "cuda"`` and friends become
+  ``torch.device("cuda", local_rank) if <the same test> else torch.device("cpu")``;
+* ``.to("cuda:0")``, ``device="cuda"`` and ``map_location="cuda:0"`` arguments use
+  ``device``; ``device == "cuda"`` comparisons become ``device.type == "cuda"``
+  (a ``torch.device`` never equals a string);
+* ``torch.cuda.set_device(...)`` calls are dropped: the process-group setup calls
+  it with the local rank.
+
+``x.cuda(1)`` (a second GPU on purpose: model parallelism) is reported, not changed.
+
+Example::
+
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    inputs = inputs.cuda(non_blocking=True)
+
+becomes::
+
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    inputs = inputs.to(device, non_blocking=True)
+"""
+
+from __future__ import annotations
+
+from typing import Set, Union
+
+import libcst as cst
+import libcst.matchers as m
+
+from . import _names as N
+from . import _patterns as P
+from ._base import FileRole, Transform
+
+
+class RankDevice(Transform):
+    CODE = "DDP005"
+    NAME = "rank-device"
+    DESCRIPTION = "Place model and batches on this process's device, not a hard-wired GPU."
+
+    @classmethod
+    def applies_to(cls, role: FileRole) -> bool:
+        return role.in_program and not role.already_distributed
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._device_vars: Set[str] = set()
+
+    # x.cuda(...) / x.to("cuda:0") / device="cuda" ------------------------------
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        func = updated_node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "cuda" and not self.qnames(
+            original_node.func
+        ).intersection({"torch.cuda"}):
+            return self._cuda_call(original_node, updated_node)
+        if self.is_call(original_node, N.TORCH_DEVICE):
+            return updated_node
+        return self._device_args(original_node, updated_node)
+
+    def _cuda_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        keep = []
+        for arg in updated.args:
+            if arg.keyword is not None and arg.keyword.value == "non_blocking":
+                keep.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+            elif arg.keyword is None or arg.keyword.value == "device":
+                value = arg.value
+                if isinstance(value, cst.Integer) and value.value != "0":
+                    self.manual(
+                        original,
+                        f".cuda({value.value}) puts this on a second GPU on purpose "
+                        "(model parallelism?): place it per rank by hand",
+                    )
+                    return updated
+            else:
+                self.manual(original, "unexpected arguments to .cuda(): place it by hand")
+                return updated
+        device = self.rank_name(original, "device")
+        if device is None:
+            self.manual(original, ".cuda() where no per-rank device can be defined")
+            return updated
+        self.changed(original, f".cuda() -> .to({device}): this process's device")
+        assert isinstance(updated.func, cst.Attribute)
+        args = [cst.Arg(cst.Name(device)), *keep]
+        args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
+        return updated.with_changes(
+            func=updated.func.with_changes(attr=cst.Name("to")), args=_commas(args)
+        )
+
+    def _device_args(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        is_to = m.matches(original.func, m.Attribute(attr=m.Name("to")))
+        new_args = list(updated.args)
+        changed = False
+        for index, (orig_arg, arg) in enumerate(zip(original.args, updated.args)):
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            positional_to = is_to and keyword is None and index == 0
+            if not (positional_to or keyword in ("device", "map_location")):
+                continue
+            if not P.is_cuda_spec(self, orig_arg.value) or P.is_rank_device(self, orig_arg.value):
+                continue
+            device = self.rank_name(original, "device")
+            if device is None:
+                self.manual(original, "hard-wired GPU where no per-rank device can be defined")
+                continue
+            new_args[index] = arg.with_changes(value=cst.Name(device))
+            changed = True
+            self.changed(orig_arg, f"hard-wired GPU -> {device}: this process's device")
+        return updated.with_changes(args=new_args) if changed else updated
+
+    # device = torch.device("cuda:0" ...) ------------------------------------
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        value = original_node.value
+        if P.is_rank_device(self, value) or not P.is_device_spec(self, value):
+            return updated_node
+        targets = [t.target for t in original_node.targets]
+        if not all(isinstance(t, (cst.Name, cst.Attribute)) for t in targets):
+            return updated_node
+        local_rank = self.rank_name(original_node, "local_rank")
+        if local_rank is None:
+            self.manual(original_node, "device assignment where LOCAL_RANK cannot be read")
+            return updated_node
+        test = P.device_fallback_test(self, value)
+        torch_name = self.torch()
+        test_code = (
+            self.module.code_for_node(test) if test is not None else f"{torch_name}.cuda.is_available()"
+        )
+        new_value = cst.parse_expression(
+            f'{torch_name}.device("cuda", {local_rank}) if {test_code} else {torch_name}.device("cpu")'
+        )
+        for target in targets:
+            if isinstance(target, cst.Name):
+                self._device_vars.add(target.value)
+        self.changed(original_node, "the device is this process's GPU (LOCAL_RANK), CPU without one")
+        return updated_node.with_changes(value=new_value)
+
+    # device == "cuda" -> device.type == "cuda" --------------------------------
+    def leave_Comparison(
+        self, original_node: cst.Comparison, updated_node: cst.Comparison
+    ) -> cst.Comparison:
+        left = updated_node.left
+        if (
+            isinstance(left, cst.Name)
+            and left.value in self._device_vars
+            and len(updated_node.comparisons) == 1
+            and isinstance(updated_node.comparisons[0].operator, (cst.Equal, cst.NotEqual))
+            and P.string_value(updated_node.comparisons[0].comparator) in ("cuda", "cpu")
+        ):
+            self.changed(original_node, f"{left.value} is a torch.device now: compare its .type")
+            return updated_node.with_changes(
+                left=cst.Attribute(value=left, attr=cst.Name("type"))
+            )
+        return updated_node
+
+    # torch.cuda.set_device(0) -------------------------------------------------
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> Union[cst.SimpleStatementLine, cst.RemovalSentinel]:
+        body = original_node.body
+        if (
+            len(body) == 1
+            and isinstance(body[0], cst.Expr)
+            and self.is_call(body[0].value, N.CUDA_SET_DEVICE)
+            and not m.matches(body[0].value.args[0].value if body[0].value.args else None, m.Name("local_rank"))
+        ):
+            self.changed(original_node, "dropped torch.cuda.set_device(): the setup sets LOCAL_RANK's GPU")
+            return cst.RemoveFromParent()
+        return updated_node
+
+
+def _commas(args):
+    out = []
+    for index, arg in enumerate(args):
+        if index < len(args) - 1:
+            arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        out.append(arg)
+    return out

@@ -1,0 +1,293 @@
+"""DDP001 data-parallel-to-ddp: replace ``nn.DataParallel`` with ``DistributedDataParallel``.
+
+``DataParallel`` is one process driving every GPU from threads: GPU 0 gathers the
+outputs and the GIL serialises the work.  Under DDP each process wraps its own
+replica, on its own device::
+
+    model = nn.DataParallel(model, device_ids=[0, 1]).cuda()
+
+becomes::
+
+    model = DistributedDataParallel(
+        model.to(device), device_ids=[local_rank] if torch.cuda.is_available() else None
+    )
+
+* every spelling is found by qualified name (``torch.nn.DataParallel``,
+  ``nn.parallel.DataParallel``, ``from torch.nn.parallel import DataParallel as DP``);
+  a project's own class named ``DataParallel`` is left alone (and reported);
+* the module is moved to the process's device before it is wrapped (DDP needs
+  that); a ``.cuda()``/``.to()`` chained on the wrapper is folded into it;
+* ``device_ids``/``output_device`` (the GPU list of the one DP process) are dropped;
+  ``dim`` is kept; on CPU ``device_ids`` is ``None`` as DDP requires;
+* a guard that wrapped only on several GPUs (``if torch.cuda.device_count() > 1:``,
+  ``if device == "cuda":``) is removed: under DDP every process, GPU or CPU, must
+  wrap, or the processes' gradients are never averaged;
+* ``isinstance(model, nn.DataParallel)`` checks test for DDP instead, so code that
+  unwraps ``model.module`` keeps working; the unused import is removed.
+
+Subclasses of DataParallel and the functional ``nn.parallel.data_parallel`` are
+reported as manual steps.  In a file that already sets DDP up itself (a script
+with a DDP path and a DataParallel fallback) nothing is changed.
+"""
+
+from __future__ import annotations
+
+from typing import Set, Union
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod.visitors import RemoveImportsVisitor
+
+from . import _names as N
+from . import _patterns as P
+from ._base import FileRole, Transform
+from ._facts import _is_main_guard
+
+
+class DataParallelToDDP(Transform):
+    CODE = "DDP001"
+    NAME = "data-parallel-to-ddp"
+    DESCRIPTION = "Replace nn.DataParallel with DistributedDataParallel on this process's device."
+
+    @classmethod
+    def applies_to(cls, role: FileRole) -> bool:
+        return True  # a mixed DDP/DP file still gets its DP branch reported
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._converted: Set[cst.Call] = set()
+
+    def visit_Module(self, node: cst.Module) -> None:
+        if self.role.already_distributed:
+            return
+        for stmt in node.body:
+            if not m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom()])):
+                continue
+            imp = stmt.body[0]
+            module = P.dotted_module(imp.module) if imp.module else ""
+            if imp.relative or isinstance(imp.names, cst.ImportStar):
+                continue
+            for alias in imp.names:
+                if f"{module}.{alias.name.value}" in N.DATA_PARALLEL:
+                    asname = alias.asname.name.value if alias.asname else None
+                    RemoveImportsVisitor.remove_unused_import(
+                        self.context, module, alias.name.value, asname
+                    )
+
+    # class MyDP(nn.DataParallel) -------------------------------------------
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        for base in node.bases:
+            if self.is_ref(base.value, N.DATA_PARALLEL):
+                self.manual(
+                    node,
+                    f"class {node.name.value} subclasses DataParallel: port it to a DDP "
+                    "wrapper (or drop it) by hand",
+                )
+
+    # calls -------------------------------------------------------------------
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.is_call(original_node, N.DATA_PARALLEL):
+            return self._convert(original_node, updated_node)
+        func = original_node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in ("cuda", "to")
+            and func.value in self._converted
+        ):
+            # DataParallel(model).cuda(): the wrapped module is moved already
+            assert isinstance(updated_node.func, cst.Attribute)
+            return updated_node.func.value
+        if self.is_call(original_node, N.DATA_PARALLEL_FUNCTION):
+            self.manual(
+                original_node,
+                "functional data_parallel(): call the DDP-wrapped module instead",
+            )
+        elif m.matches(func, m.Name("isinstance")) and len(original_node.args) == 2:
+            return self._isinstance(original_node, updated_node)
+        elif self._local_data_parallel(func):
+            self.note(
+                original_node,
+                "DataParallel here is not torch's (it resolves to "
+                f"{', '.join(sorted(self.qnames(func))) or 'a local name'}); left alone",
+            )
+        return updated_node
+
+    def _local_data_parallel(self, func: cst.BaseExpression) -> bool:
+        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+        return name == "DataParallel" and not self.is_ref(func, N.DATA_PARALLEL)
+
+    def _convert(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if self.role.already_distributed:
+            self.note(
+                original,
+                "DataParallel left as is: this file already sets up DDP and this is its "
+                "non-distributed branch",
+            )
+            return updated
+        module_arg = None
+        keep = []
+        for arg in updated.args:
+            keyword = arg.keyword.value if arg.keyword else None
+            if module_arg is None and keyword in (None, "module"):
+                module_arg = arg.value
+            elif keyword == "dim":
+                keep.append(arg)
+            elif keyword in ("device_ids", "output_device") or keyword is None:
+                continue  # the GPU list of the single DP process
+            else:
+                self.manual(original, f"DataParallel argument {keyword}= has no DDP twin")
+                return updated
+        if module_arg is None:
+            self.manual(original, "DataParallel call without a module")
+            return updated
+        local_rank = self.rank_name(original, "local_rank")
+        device = self.rank_name(original, "device")
+        if local_rank is None or device is None:
+            self.manual(original, "DataParallel where no per-rank device can be defined")
+            return updated
+        original_module = next(
+            (a.value for a in original.args if a.keyword is None or a.keyword.value == "module"), None
+        )
+        moved = m.matches(module_arg, m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda"))))
+        if not moved and not self.already_moved(original_module, original):
+            module_arg = cst.Call(
+                func=cst.Attribute(value=module_arg, attr=cst.Name("to")),
+                args=[cst.Arg(cst.Name(device))],
+            )
+        ddp = self.object_alias("torch.nn.parallel", "DistributedDataParallel", N.DDP)
+        torch_name = self.torch()
+        template = cst.parse_expression(
+            f"{ddp}(MODULE, device_ids=[{local_rank}] if {torch_name}.cuda.is_available() else None)"
+        )
+        assert isinstance(template, cst.Call)
+        args = [template.args[0].with_changes(value=module_arg), template.args[1]]
+        for extra in keep:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args.append(extra.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+        self._converted.add(original)
+        self.changed(original, "DataParallel -> DistributedDataParallel on this process's device")
+        return template.with_changes(args=args)
+
+    def _isinstance(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        classes = original.args[1].value
+        elements = classes.elements if isinstance(classes, cst.Tuple) else None
+        if elements is None:
+            if not self.is_ref(classes, N.DATA_PARALLEL) or self.role.already_distributed:
+                return updated
+            ddp = self.object_alias("torch.nn.parallel", "DistributedDataParallel", N.DDP)
+            self.changed(original, "isinstance check tests for DistributedDataParallel")
+            new_second = updated.args[1].with_changes(value=cst.parse_expression(ddp))
+            return updated.with_changes(args=[updated.args[0], new_second])
+        if self.role.already_distributed or not any(
+            self.is_ref(e.value, N.DATA_PARALLEL) for e in elements
+        ):
+            return updated
+        has_ddp = any(self.is_ref(e.value, N.DDP) for e in elements)
+        ddp = self.object_alias("torch.nn.parallel", "DistributedDataParallel", N.DDP)
+        new_elements = []
+        for orig_el, el in zip(elements, updated.args[1].value.elements):
+            if self.is_ref(orig_el.value, N.DATA_PARALLEL):
+                if has_ddp:
+                    continue
+                el = el.with_changes(value=cst.parse_expression(ddp))
+                has_ddp = True
+            new_elements.append(el)
+        self.changed(original, "isinstance check tests for DistributedDataParallel")
+        if len(new_elements) == 1:
+            value = new_elements[0].value
+        else:
+            new_elements[-1] = new_elements[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            value = updated.args[1].value.with_changes(elements=new_elements)
+        return updated.with_changes(args=[updated.args[0], updated.args[1].with_changes(value=value)])
+
+    # if torch.cuda.device_count() > 1: model = DataParallel(model) ------------
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> Union[cst.If, cst.FlattenSentinel]:
+        """Take the wrap out of a GPU-only condition; the rest stays under it.
+
+        ``if cond: A; wrap; B`` -> ``if cond: A; B`` then ``wrap``; when only an
+        ``else`` remains, ``if not cond: <else>``; device moves of the model in
+        the ``else`` are dropped (the wrap moves it).
+        """
+        if _is_main_guard(original_node):
+            return updated_node
+        body = original_node.body.body
+        index = next(
+            (i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and self._wraps_here(s)),
+            None,
+        )
+        if index is None:
+            if self._wraps_here(original_node.body) or (
+                original_node.orelse is not None and self._wraps_here(original_node.orelse)
+            ):
+                self.manual(
+                    original_node,
+                    "DataParallel is wrapped only under this condition: under DDP every "
+                    "process must wrap; move the wrap out of it by hand",
+                )
+            return updated_node
+        if not P.is_gpu_guard(self, original_node.test) or (
+            original_node.orelse is not None and not isinstance(original_node.orelse, cst.Else)
+        ):
+            self.manual(
+                original_node,
+                "DataParallel is wrapped only under this condition: under DDP every "
+                "process must wrap; move the wrap out of it by hand",
+            )
+            return updated_node
+        new_body = list(updated_node.body.body)
+        wrap = new_body.pop(index)
+        after_wrap = body[index + 1 :]
+        if any("module" in P.names_in(s) for s in after_wrap):
+            self.manual(
+                original_node,
+                "code after the DataParallel wrap uses .module under the GPU condition: "
+                "move the wrap out of the condition by hand",
+            )
+            return updated_node
+        else_body = []
+        if updated_node.orelse is not None:
+            else_body = [s for s in updated_node.orelse.body.body if not self._device_move(s)]
+        lead = list(updated_node.leading_lines)
+        self.changed(
+            original_node,
+            "the DDP wrap is taken out of the GPU-only condition: every process wraps (GPU or CPU)",
+        )
+        if not new_body and not else_body:
+            return cst.FlattenSentinel([wrap.with_changes(leading_lines=[*lead, *wrap.leading_lines])])
+        if not new_body:
+            test = updated_node.test
+            if isinstance(test, (cst.Comparison, cst.BooleanOperation, cst.IfExp)) and not test.lpar:
+                test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            kept = updated_node.with_changes(
+                test=cst.UnaryOperation(operator=cst.Not(), expression=test),
+                body=updated_node.orelse.body.with_changes(body=else_body),
+                orelse=None,
+            )
+        else:
+            orelse = updated_node.orelse
+            if orelse is not None:
+                orelse = orelse.with_changes(body=orelse.body.with_changes(body=else_body)) if else_body else None
+            kept = updated_node.with_changes(
+                body=updated_node.body.with_changes(body=new_body), orelse=orelse
+            )
+        return cst.FlattenSentinel([kept, wrap.with_changes(leading_lines=[])])
+
+    def _wraps_here(self, block: cst.BaseSuite) -> bool:
+        found = []
+
+        class Finder(cst.CSTVisitor):
+            def visit_Call(inner, node: cst.Call) -> None:  # noqa: N805
+                if node in self._converted:
+                    found.append(node)
+
+        block.visit(Finder())
+        return bool(found)
+
+    def _device_move(self, stmt: cst.BaseStatement) -> bool:
+        move = m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))
+        return m.matches(
+            stmt,
+            m.SimpleStatementLine(
+                body=[m.Expr(value=move) | m.Assign(value=move) | m.Pass()]
+            ),
+        )

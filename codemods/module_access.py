@@ -1,0 +1,138 @@
+"""DDP303 module-access: reach the bare model through ``.module`` after wrapping it.
+
+``DistributedDataParallel`` forwards calls, ``train()``/``eval()``,
+``parameters()`` and the other ``nn.Module`` machinery, but not the model's own
+attributes, and its ``state_dict()`` keys carry a ``module.`` prefix (D3).  When
+dp2ddp wraps a single-device script's model, the code after the wrap that used
+the bare model goes through ``.module`` so that it keeps working and its
+checkpoints keep their key format::
+
+    torch.save(model.state_dict(), "model.pt")      # keys: "fc.weight"
+    model.load_state_dict(torch.load("model.pt"))
+    features = model.encoder(x)
+
+becomes::
+
+    torch.save(model.module.state_dict(), "model.pt")   # keys: "fc.weight"
+    model.module.load_state_dict(torch.load("model.pt"))
+    features = model.module.encoder(x)
+
+This follows the wrapped model into the functions of the same file it is passed to.
+A DataParallel script needs none of it: DP already had ``.module`` and the
+``module.`` prefix, and DDP keeps both.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from . import _names as N
+from . import _patterns as P
+from ._base import FileRole, Transform
+
+#: What DDP provides itself: no ``.module`` needed.
+DDP_API = frozenset(
+    {
+        "train", "eval", "parameters", "named_parameters", "buffers", "named_buffers",
+        "children", "named_children", "modules", "named_modules", "zero_grad", "to",
+        "cuda", "cpu", "float", "double", "half", "bfloat16", "apply", "requires_grad_",
+        "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+        "forward", "training", "no_sync", "module", "type", "share_memory", "join",
+        "register_comm_hook", "__call__", "device_ids",
+    }
+)
+
+
+class ModuleAccess(Transform):
+    CODE = "DDP303"
+    NAME = "module-access"
+    DESCRIPTION = "Use model.module for state_dict and the model's own attributes after wrapping."
+
+    @classmethod
+    def applies_to(cls, role: FileRole) -> bool:
+        return role.single_device and role.in_program and not role.already_distributed
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        #: scope node (function or class) -> [(wrapped name, from line)]
+        self._wrapped: Dict[cst.CSTNode, List[Tuple[str, int]]] = {}
+
+    def visit_Module(self, node: cst.Module) -> None:
+        outer = self
+        wraps: List[Tuple[cst.Assign, str]] = []
+
+        class Wraps(cst.CSTVisitor):
+            def visit_Assign(self, assign: cst.Assign) -> None:
+                if outer.is_call(assign.value, N.DDP) and len(assign.targets) == 1:
+                    name = P.dotted_name(assign.targets[0].target)
+                    if name:
+                        wraps.append((assign, name))
+
+        node.visit(Wraps())
+        for assign, name in wraps:
+            line = self.position(assign)[0]
+            func = self.enclosing_function(assign)
+            if name.startswith("self."):
+                owner = next((a for a in self.ancestors(assign) if isinstance(a, cst.ClassDef)), None)
+                self._wrapped.setdefault(owner or self.module, []).append((name, 0))
+                if func is not None:
+                    self._wrapped.setdefault(func, []).append((name, line))
+            else:
+                self._wrapped.setdefault(func or self.module, []).append((name, line))
+                if func is not None:
+                    self._follow_calls(func, name, line)
+
+    def _follow_calls(self, func: cst.FunctionDef, name: str, line: int) -> None:
+        """Functions of this file that receive the wrapped model as an argument."""
+        defs = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
+        outer = self
+
+        class Calls(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                if not isinstance(call.func, cst.Name) or call.func.value not in defs:
+                    return
+                if outer.position(call)[0] <= line:
+                    return
+                callee = defs[call.func.value]
+                params = [p.name.value for p in callee.params.params]
+                for index, arg in enumerate(a for a in call.args if a.keyword is None and not a.star):
+                    if P.dotted_name(arg.value) == name and index < len(params):
+                        outer._wrapped.setdefault(callee, []).append((params[index], 0))
+                for arg in call.args:
+                    if arg.keyword is not None and P.dotted_name(arg.value) == name:
+                        outer._wrapped.setdefault(callee, []).append((arg.keyword.value, 0))
+
+        func.visit(Calls())
+
+    def _is_wrapped(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        name = P.dotted_name(value)
+        if not name:
+            return False
+        line = self.position(at)[0]
+        for anc in self.ancestors(at):
+            entries = [start for wrapped, start in self._wrapped.get(anc, ()) if wrapped == name]
+            if entries:  # the nearest scope that knows about the wrap decides
+                return line > min(entries)
+        return False
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        if original_node.attr.value in DDP_API:
+            return updated_node
+        if not self._is_wrapped(original_node.value, original_node):
+            return updated_node
+        if self._is_assign_target(original_node):
+            return updated_node
+        self.changed(
+            original_node,
+            f"{P.dotted_name(original_node.value)}.{original_node.attr.value} goes through .module "
+            "(the model is wrapped in DDP now)",
+        )
+        return updated_node.with_changes(
+            value=cst.Attribute(value=updated_node.value, attr=cst.Name("module"))
+        )
+
+    def _is_assign_target(self, node: cst.Attribute) -> bool:
+        parent = self.parent(node)
+        return isinstance(parent, cst.AssignTarget)

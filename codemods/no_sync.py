@@ -1,0 +1,184 @@
+"""DDP203 no-sync-accumulation: skip the all-reduce on non-final micro-steps.
+
+Under DDP every ``backward()`` all-reduces the gradients.  With gradient
+accumulation only the micro-step that ends in ``optimizer.step()`` needs it; the
+others should run forward and backward inside ``model.no_sync()`` (C3)::
+
+    for step, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y) / accum
+        loss.backward()
+        if (step + 1) % accum == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+becomes::
+
+    for step, (x, y) in enumerate(loader):
+        with contextlib.nullcontext() if (step + 1) % accum == 0 else model.no_sync():
+            loss = criterion(model(x), y) / accum
+            loss.backward()
+        if (step + 1) % accum == 0:
+            ...
+
+The gradients accumulated locally are averaged at the next synchronised
+backward, so the result is the same as all-reducing every time, only faster.
+The condition is reused as written; when it has side effects or depends on
+values computed after the backward the loop is reported instead.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Set
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod.visitors import AddImportsVisitor
+
+from . import _names as N
+from . import _patterns as P
+from ._base import FileRole, Transform
+
+_MODEL_WORD = ("model", "net", "module", "ddp", "network", "classifier", "encoder")
+
+
+class NoSyncAccumulation(Transform):
+    CODE = "DDP203"
+    NAME = "no-sync-accumulation"
+    DESCRIPTION = "Run non-final gradient-accumulation micro-steps inside model.no_sync()."
+
+    @classmethod
+    def applies_to(cls, role: FileRole) -> bool:
+        return role.in_program and not role.already_distributed
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
+        body = original_node.body
+        if not isinstance(body, cst.IndentedBlock):
+            return updated_node
+        stmts = list(body.body)
+        if any(_is_no_sync(s) for s in stmts):
+            return updated_node
+        backward = next((i for i, s in enumerate(stmts) if _is_backward(s)), None)
+        if backward is None:
+            return updated_node
+        step_if = next(
+            (i for i in range(backward + 1, len(stmts)) if isinstance(stmts[i], cst.If) and _steps(stmts[i].body)),
+            None,
+        )
+        if step_if is None:
+            return updated_node
+        condition = stmts[step_if].test
+        model = self._model_called(stmts[: backward + 1])
+        if model is None:
+            self.manual(
+                original_node,
+                "gradient accumulation: could not tell which model to put in no_sync(); "
+                "wrap the non-final micro-steps in model.no_sync() by hand",
+            )
+            return updated_node
+        first = next(i for i, s in enumerate(stmts[: backward + 1]) if _calls(s, model))
+        assigned = set()
+        for s in stmts[first:step_if]:
+            assigned |= _assigned(s)
+        if not P.is_pure(condition) or assigned & set(P.names_in(condition)):
+            self.manual(
+                stmts[step_if],
+                "gradient accumulation: the step condition cannot be evaluated before the "
+                "forward; wrap the non-final micro-steps in model.no_sync() by hand",
+            )
+            return updated_node
+        AddImportsVisitor.add_needed_import(self.context, "contextlib")
+        cond_code = self.module.code_for_node(condition)
+        if isinstance(condition, (cst.IfExp, cst.Lambda, cst.NamedExpr)):
+            cond_code = f"({cond_code})"
+        header = cst.parse_statement(
+            f"with contextlib.nullcontext() if {cond_code} else {model}.no_sync():\n    pass\n"
+        )
+        assert isinstance(header, cst.With)
+        new_stmts = list(updated_node.body.body)
+        inner = new_stmts[first : backward + 1]
+        lead = inner[0].leading_lines
+        inner[0] = inner[0].with_changes(leading_lines=[])
+        with_stmt = header.with_changes(
+            body=header.body.with_changes(body=inner), leading_lines=lead
+        )
+        self.changed(
+            original_node,
+            f"gradient accumulation: non-final micro-steps run in {model}.no_sync() "
+            "(no all-reduce until the optimizer step)",
+        )
+        return updated_node.with_changes(
+            body=updated_node.body.with_changes(
+                body=[*new_stmts[:first], with_stmt, *new_stmts[backward + 1 :]]
+            )
+        )
+
+    def _model_called(self, stmts: List[cst.BaseStatement]) -> Optional[str]:
+        """The module called on the batch before the backward (``model(x)``)."""
+        found: List[str] = []
+        outer = self
+
+        class Calls(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                name = P.dotted_name(call.func)
+                last = name.rsplit(".", 1)[-1].lower()
+                if name and any(word in last for word in _MODEL_WORD) and not outer.qnames(call.func) & N.DDP:
+                    found.append(name)
+
+        for stmt in stmts:
+            stmt.visit(Calls())
+        unique = sorted(set(found))
+        return unique[0] if len(unique) == 1 else None
+
+
+def _is_backward(stmt: cst.CSTNode) -> bool:
+    return m.matches(
+        stmt,
+        m.SimpleStatementLine(body=[m.Expr(value=m.Call(func=m.Attribute(attr=m.Name("backward"))))]),
+    )
+
+
+def _steps(block: cst.CSTNode) -> bool:
+    found = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if m.matches(call.func, m.Attribute(attr=m.Name("step"))):
+                name = P.dotted_name(call.func.value).lower()
+                if "opt" in name or "scaler" in name:
+                    found.append(call)
+
+    block.visit(Finder())
+    return bool(found)
+
+
+def _is_no_sync(stmt: cst.CSTNode) -> bool:
+    if not isinstance(stmt, cst.With):
+        return False
+    code = cst.Module(body=[]).code_for_node(stmt.items[0].item) if stmt.items else ""
+    return "no_sync" in code
+
+
+def _calls(stmt: cst.CSTNode, name: str) -> bool:
+    found = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if P.dotted_name(call.func) == name:
+                found.append(call)
+
+    stmt.visit(Finder())
+    return bool(found)
+
+
+def _assigned(stmt: cst.CSTNode) -> Set[str]:
+    names: Set[str] = set()
+
+    class Finder(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            names.update(P.target_names(node.target))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            names.update(P.target_names(node.target))
+
+    stmt.visit(Finder())
+    return names

@@ -1,0 +1,126 @@
+"""DDP301 output-on-main: print, log and report from the main process only.
+
+Every DDP process runs the same loop, so every ``print`` and progress log shows
+up N times, TensorBoard gets N event files and wandb N runs (D1).  This puts:
+
+* runs of ``print(...)``, ``logging.info/debug`` and ``logger.info/debug`` calls,
+  ``writer.add_*()`` on a TensorBoard ``SummaryWriter`` and ``wandb.*`` calls behind
+  one ``if dist.get_rank() == 0:``;
+* ``SummaryWriter(...)`` itself on the main process:
+  ``writer = SummaryWriter(log_dir) if dist.get_rank() == 0 else None``;
+* ``tqdm(...)`` progress bars off on the other ranks: ``tqdm(loader, disable=dist.get_rank() != 0)``.
+
+Warnings and errors keep coming from every rank (a rank's own problem matters).
+A print whose arguments call into user code (``print(evaluate(model))``) is not
+guarded: the call may run the DDP model, which every rank must reach.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Set
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import ScopeProvider
+
+from . import _names as N
+from . import _patterns as P
+from ._guard import MainProcessGuard, single_call
+
+
+class OutputOnMainProcess(MainProcessGuard):
+    CODE = "DDP301"
+    NAME = "output-on-main"
+    DESCRIPTION = "Print, log, TensorBoard and wandb output from the main process only."
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._writers: Set[str] = set()
+
+    def visit_Module(self, node: cst.Module) -> None:
+        outer = self
+
+        class Writers(cst.CSTVisitor):
+            def visit_Assign(self, assign: cst.Assign) -> None:
+                value = assign.value
+                if isinstance(value, cst.IfExp):
+                    value = value.body
+                if outer.is_call(value, N.SUMMARY_WRITER):
+                    for target in assign.targets:
+                        name = P.dotted_name(target.target)
+                        if name:
+                            outer._writers.add(name)
+
+        node.visit(Writers())
+
+    def starts(self, stmt: cst.BaseStatement) -> Optional[str]:
+        call = single_call(stmt)
+        if call is None:
+            return None
+        if self.is_call(call, {"builtins.print"}) and all(P.is_pure(a.value) for a in call.args):
+            return "print from the main process only"
+        if self._logging_chatter(call) and all(P.is_pure(a.value) for a in call.args):
+            return "log progress from the main process only"
+        if isinstance(call.func, cst.Attribute) and P.dotted_name(call.func.value) in self._writers:
+            if all(P.is_pure(a.value) for a in call.args):
+                return "TensorBoard writes from the main process only"
+        if any(N.is_wandb(n) for n in self.qnames(call.func)) and all(P.is_pure(a.value) for a in call.args):
+            return "wandb from the main process only"
+        return None
+
+    def _logging_chatter(self, call: cst.Call) -> bool:
+        if self.is_ref(call.func, N.LOGGING_CHATTER):
+            return True
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in N.LOGGER_CHATTER_METHODS):
+            return False
+        if not isinstance(func.value, cst.Name):
+            return False
+        scope = self.get_metadata(ScopeProvider, call, None)
+        if scope is None or func.value.value not in scope:
+            return False
+        assignments = scope[func.value.value]
+        for assignment in assignments:
+            node = getattr(assignment, "node", None)
+            assign = self._assign_of(node) if isinstance(node, cst.Name) else None
+            if assign is None or not self.is_call(assign.value, N.LOGGER_FACTORY):
+                return False
+        return bool(assignments)
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.is_call(original_node, N.TQDM) and not any(
+            a.keyword is not None and a.keyword.value == "disable" for a in original_node.args
+        ) and self._region_ok(original_node):
+            self.changed(original_node, "progress bar on the main process only")
+            test = cst.parse_expression(f"{self.dist()}.get_rank() != 0")
+            arg = cst.Arg(
+                keyword=cst.Name("disable"),
+                value=test,
+                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+            )
+            args = list(updated_node.args)
+            if args:
+                last = args[-1]
+                trailing = last.comma
+                args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                arg = arg.with_changes(comma=trailing)
+            return updated_node.with_changes(args=[*args, arg])
+        if self.is_call(original_node, N.SUMMARY_WRITER) and self._region_ok(original_node):
+            parent = self.parent(original_node)
+            if isinstance(parent, cst.Assign):
+                self.changed(original_node, "TensorBoard writer on the main process only")
+                return cst.IfExp(
+                    test=self.main_process_test(),
+                    body=updated_node,
+                    orelse=cst.Name("None"),
+                )
+        return updated_node
+
+    def _region_ok(self, node: cst.CSTNode) -> bool:
+        stmt = self.statement_of(node)
+        block = self.parent(stmt) if stmt is not None else None
+        return (
+            block is not None
+            and self.guardable_block(block)
+            and not P.under_main_process_check(self, node)
+        )

@@ -1,0 +1,155 @@
+"""DDP002 process-group-setup: join the process group at the entry point, leave it at the end.
+
+``torchrun`` starts one process per GPU and sets ``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE`` and the rendezvous address in their environment; each process must
+join the process group before DDP, ``DistributedSampler`` or any collective is
+used (A2), and pin its GPU with ``torch.cuda.set_device(local_rank)`` so that it
+does not allocate on GPU 0 (A3).  At the end it leaves the group (A8).
+
+This transform adds one helper to the entry file::
+
+    def init_distributed():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if "RANK" in os.environ:
+            dist.init_process_group(backend)
+        else:  # plain `python script.py`: a world of one
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+
+and calls it first thing in the ``if __name__ == "__main__":`` block (or right
+after the imports of a module-level script), with ``dist.destroy_process_group()``
+at the end of that block (or of the script).  Without torchrun the script still
+runs as before, as a world of one.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod.visitors import AddImportsVisitor
+
+from ._base import FileRole, Transform, at_least_two_blank, blank_lines, header_end
+
+HELPER = '''
+
+def {name}():
+    """Join the process group that torchrun set up (added by dp2ddp).
+
+    NCCL on GPUs, Gloo on CPU.  Started without torchrun (plain `python`), the
+    script runs as a world of one, as before.
+    """
+    backend = "nccl" if {torch}.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:
+        {dist}.init_process_group(backend)
+    else:
+        {dist}.init_process_group(backend, store={dist}.HashStore(), rank=0, world_size=1)
+    if {torch}.cuda.is_available():
+        {torch}.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+'''
+
+
+class ProcessGroupSetup(Transform):
+    CODE = "DDP002"
+    NAME = "process-group-setup"
+    DESCRIPTION = "Initialise the process group (nccl/gloo) at the entry point and destroy it at the end."
+
+    @classmethod
+    def applies_to(cls, role: FileRole) -> bool:
+        return role.is_entry and not role.already_distributed
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._helper = "init_distributed"
+        self._done = False
+
+    def visit_Module(self, node: cst.Module) -> None:
+        for candidate in ("init_distributed", "setup_distributed", "dp2ddp_init_distributed"):
+            if self._free_global(candidate):
+                self._helper = candidate
+                break
+
+    def _names(self) -> dict:
+        AddImportsVisitor.add_needed_import(self.context, "os")
+        return {"name": self._helper, "torch": self.torch(), "dist": self.dist()}
+
+    def _helper_def(self) -> cst.FunctionDef:
+        code = HELPER.format(**self._names())
+        module = cst.parse_module(code)
+        func = module.body[0]
+        assert isinstance(func, cst.FunctionDef)
+        return func
+
+    def _stmt(self, code: str) -> cst.BaseStatement:
+        return cst.parse_statement(code)
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
+        if self.role.entry_kind != "main-block" or self._done or not _is_main_guard(original_node):
+            return updated_node
+        if self.parent(original_node) is not self.module:
+            return updated_node
+        self._done = True
+        names = self._names()
+        body = list(updated_node.body.body)
+        init = self._stmt(f"{names['name']}()")
+        destroy = self._stmt(f"{names['dist']}.destroy_process_group()")
+        last = body[-1]
+        if _exits(last):
+            # sys.exit(main()): leave the group on the way out
+            try_stmt = cst.Try(
+                body=cst.IndentedBlock(body=body),
+                finalbody=cst.Finally(body=cst.IndentedBlock(body=[destroy])),
+            )
+            new_body = [init, try_stmt]
+        else:
+            new_body = [init, *body, destroy]
+        self.changed(original_node, "join the process group first thing (nccl on GPU, gloo on CPU)")
+        self.changed(original_node, "destroy the process group at the end", code="DDP008")
+        return updated_node.with_changes(body=updated_node.body.with_changes(body=new_body))
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        updated_node = super().leave_Module(original_node, updated_node)
+        body = list(updated_node.body)
+        at = header_end(body)
+        helper = self._helper_def().with_changes(leading_lines=_blank(2))
+        if self.role.entry_kind == "module":
+            names = self._names()
+            call = self._stmt(f"{names['name']}()").with_changes(leading_lines=_blank(2))
+            destroy = self._stmt(f"{names['dist']}.destroy_process_group()")
+            self.changed(original_node, "join the process group after the imports (nccl on GPU, gloo on CPU)")
+            self.changed(original_node, "destroy the process group at the end", code="DDP008")
+            new = [helper, call]
+            tail = [destroy]
+        elif self._done:
+            new = [helper]
+            tail = []
+        else:
+            return updated_node
+        rest = body[at:]
+        if rest:
+            rest[0] = rest[0].with_changes(leading_lines=at_least_two_blank(rest[0].leading_lines))
+        return updated_node.with_changes(body=[*body[:at], *new, *rest, *tail])
+
+
+def _blank(count: int) -> list:
+    return blank_lines(count)
+
+
+def _is_main_guard(node: cst.If) -> bool:
+    return m.matches(
+        node.test,
+        m.Comparison(
+            left=m.Name("__name__"),
+            comparisons=[m.ComparisonTarget(m.Equal(), m.SimpleString())],
+        ),
+    ) and node.test.comparisons[0].comparator.evaluated_value == "__main__"
+
+
+def _exits(stmt: cst.BaseStatement) -> bool:
+    exit_call = m.Call(func=m.Name("exit") | m.Attribute(value=m.Name("sys"), attr=m.Name("exit")))
+    return m.matches(
+        stmt,
+        m.SimpleStatementLine(
+            body=[m.Expr(value=exit_call) | m.Raise(exc=m.Call(func=m.Name("SystemExit")))]
+        ),
+    )

@@ -1,0 +1,394 @@
+"""DDP101 distributed-sampler: shard the training DataLoader across the processes.
+
+Without a ``DistributedSampler`` every DDP process trains on the whole dataset:
+N times the work for the same model (B1).  The training loader gets one, with the
+loader's old ``shuffle`` moved into it (the two together raise ``ValueError``;
+``DataLoader`` defaults to ``shuffle=False`` while the sampler defaults to
+``True``, so the old value is always written out)::
+
+    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
+
+becomes::
+
+    train_loader = DataLoader(
+        train_set,
+        batch_size=per_rank_batch_size(args.batch_size),
+        sampler=DistributedSampler(train_set, shuffle=True),
+    )
+
+Batch size (DDP103, B3): DataParallel's ``batch_size`` is the global batch, split
+across the GPUs; DDP processes load their own batches.  By default each process
+takes ``batch_size // world_size`` (``per_rank_batch_size`` raises a clear error
+when it does not divide), so the converted script trains the same model.  With
+``--batch-size per-process`` the number is kept per process and the report says
+that the global batch and the learning rate changed.
+
+Loaders built from ``**kwargs`` dicts get the override merged into the dict.
+Which loader trains is told from its names (``train_loader``, ``train_set``,
+``def get_train_loader``), ``shuffle=True``, or a loop that calls ``backward()``;
+evaluation loaders stay unsharded (every rank evaluates the whole set, so no
+metric counts the sampler's padding twice); a loader that cannot be told apart,
+a custom ``sampler=``/``batch_sampler=`` and an ``IterableDataset`` are reported.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import ScopeProvider
+
+from . import _names as N
+from . import _patterns as P
+from ._base import FileRole, Transform
+
+PER_RANK_BATCH_SIZE = '''
+def {name}(global_batch_size):
+    """This process's share of the global batch (added by dp2ddp).
+
+    DataParallel split each batch across the GPUs; DDP processes load their own,
+    so the global batch is kept by dividing it by the number of processes.
+    """
+    world_size = dist.get_world_size()
+    if global_batch_size % world_size:
+        raise ValueError(
+            f"batch size {{global_batch_size}} is not divisible by the {{world_size}} "
+            f"processes: choose a multiple of {{world_size}}"
+        )
+    return global_batch_size // world_size
+'''
+
+
+class DistributedSamplerTransform(Transform):
+    CODE = "DDP101"
+    NAME = "distributed-sampler"
+    DESCRIPTION = "Give the training DataLoader a DistributedSampler (shuffle moved into it)."
+
+    @classmethod
+    def applies_to(cls, role: FileRole) -> bool:
+        return role.in_program and not role.already_distributed
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if not self.is_call(original_node, N.DATA_LOADER):
+            return updated_node
+        kind, why = self.classify(original_node)
+        if kind == "eval":
+            return updated_node
+        if kind == "unknown":
+            self.manual(
+                original_node,
+                "cannot tell whether this DataLoader feeds training; if it does, give it "
+                "sampler=DistributedSampler(dataset, shuffle=...)",
+            )
+            return updated_node
+        return self._convert(original_node, updated_node, why)
+
+    # which loader is this? -----------------------------------------------------
+    def loader_names(self, call: cst.Call) -> List[str]:
+        """Names that tell what a loader is for: its variable, dataset, function."""
+        names = []
+        target = self._assigned_name(call)
+        if target:
+            names.append(target)
+        dataset = _arg(call, 0, "dataset")
+        if dataset is not None:
+            names.append(P.dotted_name(dataset) or _subscript_key(dataset) or "")
+            if isinstance(dataset, cst.Call):
+                names.append(P.dotted_name(dataset.func))
+                for arg in dataset.args:
+                    if arg.keyword is not None and arg.keyword.value in ("train", "split", "mode", "subset"):
+                        value = arg.value
+                        if isinstance(value, cst.Name) and value.value in ("True", "False"):
+                            names.append("train" if value.value == "True" else "test")
+                        elif P.string_value(value):
+                            names.append(P.string_value(value) or "")
+        func = self.enclosing_function(call)
+        if func is not None and not target:
+            names.append(func.name.value)
+        return [n for n in names if n]
+
+    def classify(self, call: cst.Call) -> Tuple[str, str]:
+        names = self.loader_names(call)
+        target = self._assigned_name(call)
+        if target and P.is_eval_name(target):
+            return "eval", target
+        if target and P.is_train_name(target):
+            return "train", target
+        train = [n for n in names if P.is_train_name(n)]
+        evals = [n for n in names if P.is_eval_name(n)]
+        shuffle = _arg(call, 2, "shuffle")
+        if train and not evals:
+            return "train", train[0]
+        if evals and not train:
+            return "eval", evals[0]
+        if shuffle is not None and m.matches(shuffle, m.Name("True")) and not evals:
+            return "train", "shuffle=True"
+        if not evals and self._iterated_in_training_loop(call):
+            return "train", "iterated by a loop that calls backward()"
+        return "unknown", ""
+
+    def _assigned_name(self, call: cst.Call) -> str:
+        parent = self.parent(call)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            return P.dotted_name(parent.targets[0].target) or ""
+        if isinstance(parent, cst.AnnAssign):
+            return P.dotted_name(parent.target) or ""
+        if isinstance(parent, cst.Element):
+            tup = self.parent(parent)
+            assign = self.parent(tup)
+            if isinstance(tup, cst.Tuple) and isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+                target = assign.targets[0].target
+                if isinstance(target, cst.Tuple) and len(target.elements) == len(tup.elements):
+                    index = list(tup.elements).index(parent)
+                    return P.dotted_name(target.elements[index].value) or ""
+        if isinstance(parent, cst.DictElement):
+            return P.string_value(parent.key) or ""
+        if isinstance(parent, cst.Arg) and parent.keyword is not None:
+            return parent.keyword.value
+        return ""
+
+    def _iterated_in_training_loop(self, call: cst.Call) -> bool:
+        target = self._assigned_name(call)
+        if not target:
+            return False
+        func = self.enclosing_function(call)
+        scope_node = func if func is not None else self.module
+        found = []
+
+        class Loops(cst.CSTVisitor):
+            def visit_For(inner, node: cst.For) -> None:  # noqa: N805
+                if target in {P.dotted_name(x) for x in _iterated(node.iter)} and _calls_backward(node.body):
+                    found.append(node)
+
+        scope_node.visit(Loops())
+        return bool(found)
+
+    # the rewrite ---------------------------------------------------------------
+    def _convert(self, original: cst.Call, updated: cst.Call, why: str) -> cst.BaseExpression:
+        for keyword in ("sampler", "batch_sampler"):
+            value = _arg(original, 3 if keyword == "sampler" else 4, keyword)
+            if value is None:
+                continue
+            if self.is_call(value, N.DISTRIBUTED_SAMPLER):
+                return updated  # converted already
+            self.manual(
+                original,
+                f"training DataLoader with a custom {keyword}=: shard it across ranks by hand "
+                "(each rank must see a different part of the data)",
+            )
+            return updated
+        stars = [a for a in updated.args if a.star == "**"]
+        if len(stars) > 1 or any(a.star == "*" for a in updated.args):
+            self.manual(original, "DataLoader built from several **kwargs: add a DistributedSampler by hand")
+            return updated
+        dataset = _arg(original, 0, "dataset")
+        if dataset is None:
+            self.manual(original, "DataLoader without a dataset argument: add a DistributedSampler by hand")
+            return updated
+        hoisted = None
+        if not _simple(dataset):
+            hoisted = self._hoist_dataset(original, dataset)
+            if hoisted is None:
+                self.manual(
+                    original,
+                    "the dataset is built inline here: assign it to a variable so that "
+                    "the DistributedSampler can share it",
+                )
+                return updated
+        if len([a for a in original.args if a.keyword is None and not a.star]) > 3:
+            self.manual(original, "DataLoader with many positional arguments: add the sampler by hand")
+            return updated
+        dataset_code = hoisted or self.module.code_for_node(dataset)
+        sampler_cls = self.object_alias(
+            "torch.utils.data.distributed", "DistributedSampler", N.DISTRIBUTED_SAMPLER
+        )
+        star = stars[0] if stars else None
+        shuffle_expr = _arg(original, 2, "shuffle")
+        batch_expr = _arg(original, 1, "batch_size")
+        per_process = self.settings.batch_size == "per-process"
+        new_args: List[cst.Arg] = []
+        sampler_placed = False
+        star_code = self.module.code_for_node(star.value) if star is not None else ""
+
+        if shuffle_expr is not None:
+            shuffle_code = self.module.code_for_node(shuffle_expr)
+        elif star is not None:
+            shuffle_code = f'{star_code}.get("shuffle", False)'
+        else:
+            shuffle_code = "False"
+        sampler_code = f"{sampler_cls}({dataset_code}, shuffle={shuffle_code})"
+        batch_helper = None if per_process else self._batch_helper()
+
+        for index, (orig_arg, arg) in enumerate(zip(original.args, updated.args)):
+            keyword = orig_arg.keyword.value if orig_arg.keyword is not None else None
+            positional = keyword is None and not orig_arg.star
+            if hoisted is not None and (keyword == "dataset" or (positional and index == 0)):
+                new_args.append(arg.with_changes(value=cst.Name(hoisted)))
+                continue
+            if keyword == "shuffle" or (positional and index == 2):
+                new_args.append(_kwarg("sampler", sampler_code, like=arg))
+                sampler_placed = True
+                continue
+            if (keyword == "batch_size" or (positional and index == 1)) and batch_helper:
+                value = cst.parse_expression(f"{batch_helper}({self.module.code_for_node(orig_arg.value)})")
+                new_args.append(arg.with_changes(value=value))
+                continue
+            if orig_arg.star == "**":
+                overrides = []
+                if batch_expr is None and batch_helper:
+                    overrides.append(f'"batch_size": {batch_helper}({star_code}.get("batch_size", 1))')
+                if shuffle_expr is None:
+                    overrides.append('"shuffle": False')
+                if not sampler_placed:
+                    overrides.append(f'"sampler": {sampler_code}')
+                    sampler_placed = True
+                merged = cst.parse_expression("{**%s, %s}" % (star_code, ", ".join(overrides)))
+                new_args.append(arg.with_changes(value=merged))
+                continue
+            new_args.append(arg)
+        if not sampler_placed:
+            new_args = _append(new_args, _kwarg("sampler", sampler_code, like=new_args[-1]))
+        self.changed(original, f"training DataLoader ({why}) gets a DistributedSampler")
+        if per_process:
+            self.note(
+                original,
+                "batch_size is now per process: the global batch is batch_size x world size, "
+                "so scale the learning rate (linear rule, with warmup) or lower the batch",
+                code="DDP103",
+            )
+        elif batch_expr is None and star is None:
+            self.note(
+                original,
+                "this DataLoader had no batch_size (1): each process now loads one sample",
+                code="DDP103",
+            )
+        else:
+            self.changed(
+                original,
+                "batch_size stays the global batch: each process loads batch_size // world_size",
+                code="DDP103",
+            )
+        return updated.with_changes(args=new_args)
+
+    def _hoist_dataset(self, call: cst.Call, dataset: cst.BaseExpression) -> Optional[str]:
+        """Assign an inline dataset to a variable before the statement; its name."""
+        stmt = self.statement_of(call)
+        if stmt is None:
+            return None
+        for anc in self.ancestors(call):
+            if anc is stmt:
+                break
+            if isinstance(anc, (cst.Lambda, cst.IfExp, cst.BooleanOperation, cst.ListComp,
+                                cst.GeneratorExp, cst.DictComp, cst.SetComp)):
+                return None
+        if isinstance(stmt, (cst.While, cst.If)) or not isinstance(self.parent(stmt), (cst.IndentedBlock, cst.Module)):
+            return None
+        target = self._assigned_name(call).rsplit(".", 1)[-1]
+        base = target.replace("loader", "dataset") if "loader" in target else "train_dataset"
+        if base == target or not base.isidentifier():
+            base = "train_dataset"
+        scope = self.get_metadata(ScopeProvider, call, None)
+        name = base
+        counter = 2
+        while scope is not None and name in scope:
+            name = f"{base}{counter}"
+            counter += 1
+        assign = cst.SimpleStatementLine(
+            body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=dataset)]
+        )
+        self.insert_before(stmt, [assign])
+        self.changed(call, f"the inline dataset is assigned to {name} so the sampler can share it")
+        return name
+
+    def _batch_helper(self) -> str:
+        dist = self.dist()
+        return self.helper(
+            "per_rank_batch_size",
+            PER_RANK_BATCH_SIZE.replace("dist.", f"{dist}.").lstrip("\n"),
+        )
+
+
+# ------------------------------------------------------------------ helpers
+def _arg(call: cst.Call, position: int, keyword: str) -> Optional[cst.BaseExpression]:
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    if position < len(positional):
+        return positional[position].value
+    return None
+
+
+def _subscript_key(node: cst.CSTNode) -> str:
+    if isinstance(node, cst.Subscript) and node.slice:
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index):
+            return P.string_value(index.value) or ""
+    return ""
+
+
+def _simple(node: cst.CSTNode) -> bool:
+    """Cheap and side-effect free to evaluate twice."""
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        return bool(P.dotted_name(node))
+    if isinstance(node, cst.Subscript):
+        index = node.slice[0].slice if len(node.slice) == 1 else None
+        return (
+            _simple(node.value)
+            and isinstance(index, cst.Index)
+            and isinstance(index.value, (cst.SimpleString, cst.Integer, cst.Name))
+        )
+    return False
+
+
+_ITER_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "track", "progress_bar"})
+
+
+def _iterated(node: cst.BaseExpression):
+    """The loaders a ``for`` iterates: ``loader``, ``enumerate(loader)``, ``tqdm(loader)``."""
+    if isinstance(node, cst.Call):
+        name = P.dotted_name(node.func).rsplit(".", 1)[-1]
+        if name in _ITER_WRAPPERS:
+            for arg in node.args[: (len(node.args) if name == "zip" else 1)]:
+                if arg.keyword is None:
+                    yield from _iterated(arg.value)
+    elif isinstance(node, (cst.Name, cst.Attribute)):
+        yield node
+
+
+def _calls_backward(node: cst.CSTNode) -> bool:
+    found = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
+                found.append(call)
+
+    node.visit(Finder())
+    return bool(found)
+
+
+def _kwarg(name: str, code: str, like: cst.Arg) -> cst.Arg:
+    return cst.Arg(
+        keyword=cst.Name(name),
+        value=cst.parse_expression(code),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+        comma=like.comma,
+    )
+
+
+def _append(args: List[cst.Arg], new: cst.Arg) -> List[cst.Arg]:
+    """Append an argument, copying the separator style of the previous ones."""
+    args = list(args)
+    last = args[-1]
+    if len(args) >= 2 and args[-2].comma is not cst.MaybeSentinel.DEFAULT:
+        separator = args[-2].comma
+    else:
+        separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    trailing = last.comma
+    args[-1] = last.with_changes(comma=separator)
+    args.append(new.with_changes(comma=trailing))
+    return args

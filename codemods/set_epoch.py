@@ -1,0 +1,319 @@
+"""DDP102 set-epoch: call ``sampler.set_epoch(epoch)`` at the top of every epoch.
+
+A ``DistributedSampler`` seeds its shuffle with the epoch number; without
+``set_epoch`` every epoch replays the same order, silently hurting the model
+(B2).  For each loop over a training loader this finds the epoch loop around it
+(``for epoch in range(...)``), or the function's ``epoch`` parameter, or the
+epoch loop of the caller that passes the loader in, and inserts::
+
+    for epoch in range(args.epochs):
+        train_loader.sampler.set_epoch(epoch)
+
+When the loader comes from elsewhere (a parameter, another module's factory)
+the call is guarded, since only a ``DistributedSampler`` has ``set_epoch``::
+
+        if isinstance(train_loader.sampler, DistributedSampler):
+            train_loader.sampler.set_epoch(epoch)
+
+Loops counted in iterations (``while step < max_steps``) are reported instead.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import ScopeProvider
+
+from . import _names as N
+from . import _patterns as P
+from ._base import FileRole, Transform
+from .sampler import _arg, _calls_backward, _iterated
+
+_EPOCH = re.compile(r"(?i)^(epoch|ep|e|epoch_?(idx|id|num|i|no)|cur_?epoch|current_?epoch|i_?epoch)$")
+
+
+class SetEpoch(Transform):
+    CODE = "DDP102"
+    NAME = "set-epoch"
+    DESCRIPTION = "Call sampler.set_epoch(epoch) at the top of every epoch loop."
+
+    @classmethod
+    def applies_to(cls, role: FileRole) -> bool:
+        return role.in_program and not role.already_distributed
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        #: (statement or function to insert into, loader code) already planned
+        self._planned: Set[Tuple[cst.CSTNode, str]] = set()
+        self._at_top: Dict[cst.CSTNode, List[str]] = {}
+        self._before_stmt: Dict[cst.CSTNode, List[str]] = {}
+
+    # ------------------------------------------------------------------ finding
+    def visit_For(self, node: cst.For) -> None:
+        for loader in _iterated(node.iter):
+            name = P.dotted_name(loader)
+            if not name:
+                continue
+            known = self._known_loader(loader, node)
+            if known == "eval" or known == "other":
+                continue
+            if known is None and not (
+                P.is_train_name(name.rsplit(".", 1)[-1]) or _calls_backward(node.body)
+            ):
+                continue
+            self._place(node, name, guarded=known != "ours")
+
+    def _known_loader(self, loader: cst.BaseExpression, at: cst.CSTNode) -> Optional[str]:
+        """"ours" (a DataLoader with a DistributedSampler built here), "eval", "other", None."""
+        if not isinstance(loader, cst.Name):
+            return None
+        scope = self.get_metadata(ScopeProvider, at, None)
+        if scope is None:
+            return None
+        kinds = set()
+        for assignment in scope[loader.value]:
+            node = getattr(assignment, "node", None)
+            if not isinstance(node, cst.Name):
+                return None
+            assign = self._assign_of(node)
+            if assign is None or not self.is_call(assign.value, N.DATA_LOADER):
+                return None
+            sampler = _arg(assign.value, 3, "sampler")
+            if sampler is not None and self.is_call(sampler, N.DISTRIBUTED_SAMPLER):
+                kinds.add("ours")
+            elif sampler is not None or _arg(assign.value, 4, "batch_sampler") is not None:
+                kinds.add("other")
+            elif P.is_eval_name(loader.value):
+                kinds.add("eval")
+            else:
+                kinds.add("other")
+        return kinds.pop() if len(kinds) == 1 else None
+
+    def _place(self, batch_loop: cst.For, loader: str, guarded: bool) -> None:
+        epoch_loop = self._epoch_loop(batch_loop)
+        if epoch_loop is not None:
+            epoch = epoch_loop.target
+            assert isinstance(epoch, cst.Name)
+            if _calls_set_epoch(epoch_loop.body):
+                return
+            self._plan_in_loop(epoch_loop, batch_loop, loader, epoch.value, guarded)
+            return
+        func = self.enclosing_function(batch_loop)
+        if func is not None:
+            if _calls_set_epoch(func.body):
+                return
+            param = _epoch_param(func)
+            if param is not None:
+                self._plan(func, loader, param, guarded, where=self._top_or_before(func, batch_loop, loader))
+                return
+            if self._plan_in_callers(func, batch_loop, loader):
+                return
+        if self._in_while(batch_loop):
+            self.manual(
+                batch_loop,
+                "training loop counted in iterations, not epochs: call "
+                f"{loader}.sampler.set_epoch(n) each time a pass over the data starts",
+            )
+        else:
+            self.manual(
+                batch_loop,
+                f"no epoch loop found around this training loop: call "
+                f"{loader}.sampler.set_epoch(epoch) at the start of every epoch",
+            )
+
+    def _epoch_loop(self, batch_loop: cst.For) -> Optional[cst.For]:
+        candidates = []
+        for anc in self.ancestors(batch_loop):
+            if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.While)):
+                break
+            if isinstance(anc, cst.For) and isinstance(anc.target, cst.Name):
+                candidates.append(anc)
+        for loop in candidates:
+            if _EPOCH.match(loop.target.value):
+                return loop
+        for loop in candidates:
+            if m.matches(loop.iter, m.Call(func=m.Name("range") | m.Name("trange"))):
+                return loop
+        return None
+
+    def _in_while(self, node: cst.CSTNode) -> bool:
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.FunctionDef):
+                return False
+            if isinstance(anc, cst.While):
+                return True
+        return False
+
+    def _plan_in_loop(self, epoch_loop: cst.For, batch_loop: cst.For, loader: str, epoch: str, guarded: bool) -> None:
+        where = self._top_or_before(epoch_loop, batch_loop, loader)
+        self._plan(epoch_loop, loader, epoch, guarded, where)
+
+    def _top_or_before(self, owner: cst.CSTNode, batch_loop: cst.For, loader: str):
+        """Top of ``owner``'s body, or right before the statement holding the batch
+        loop when the loader is (re)built inside ``owner``."""
+        body = owner.body
+        assert isinstance(body, cst.IndentedBlock)
+        holder = None
+        for stmt in body.body:
+            if _contains(stmt, batch_loop):
+                holder = stmt
+                break
+        assigned_inside = any(
+            loader in _assigned_names(stmt) for stmt in body.body[: body.body.index(holder)] if holder is not None
+        ) if holder is not None else False
+        return ("before", holder) if assigned_inside else ("top", owner)
+
+    def _plan(self, owner: cst.CSTNode, loader: str, epoch: str, guarded: bool, where) -> None:
+        key = (where[1], loader)
+        if key in self._planned:
+            return
+        self._planned.add(key)
+        code = self._code(loader, epoch, guarded)
+        if where[0] == "top":
+            self._at_top.setdefault(where[1], []).append(code)
+        else:
+            self.insert_before(where[1], [cst.parse_statement(code)])
+        self.changed(owner, f"{loader}.sampler.set_epoch({epoch}) at the start of every epoch")
+
+    def _code(self, loader: str, epoch: str, guarded: bool) -> str:
+        call = f"{loader}.sampler.set_epoch({epoch})\n"
+        if not guarded:
+            return call
+        sampler_cls = self.object_alias(
+            "torch.utils.data.distributed", "DistributedSampler", N.DISTRIBUTED_SAMPLER
+        )
+        return f"if isinstance({loader}.sampler, {sampler_cls}):\n    {call}"
+
+    def _plan_in_callers(self, func: cst.FunctionDef, batch_loop: cst.For, loader: str) -> bool:
+        """The loader is a parameter of ``func``: find the epoch loops that call it."""
+        params = [p.name.value for p in func.params.params]
+        if loader not in params:
+            return False
+        index = params.index(loader)
+        is_method = bool(params) and params[0] == "self"
+        placed = False
+        for call, arg in self._calls_to(func.name.value, index - (1 if is_method else 0), loader, is_method):
+            arg_name = P.dotted_name(arg)
+            if not arg_name:
+                continue
+            loop = None
+            for anc in self.ancestors(call):
+                if isinstance(anc, (cst.FunctionDef, cst.While)):
+                    break
+                if isinstance(anc, cst.For) and isinstance(anc.target, cst.Name) and (
+                    _EPOCH.match(anc.target.value) or m.matches(anc.iter, m.Call(func=m.Name("range")))
+                ):
+                    loop = anc
+                    break
+            if loop is None or _calls_set_epoch(loop.body):
+                continue
+            known = self._known_loader(arg, call)
+            if known in ("eval", "other"):
+                continue
+            self._plan(loop, arg_name, loop.target.value, known != "ours", ("top", loop))
+            placed = True
+        return placed
+
+    def _calls_to(self, name: str, index: int, keyword: str, is_method: bool):
+        found = []
+        outer = self
+
+        class Calls(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                func = call.func
+                called = func.attr.value if is_method and isinstance(func, cst.Attribute) else (
+                    func.value if isinstance(func, cst.Name) else None
+                )
+                if called != name:
+                    return
+                positional = [a for a in call.args if a.keyword is None and not a.star]
+                for arg in call.args:
+                    if arg.keyword is not None and arg.keyword.value == keyword:
+                        found.append((call, arg.value))
+                        return
+                if 0 <= index < len(positional):
+                    found.append((call, positional[index].value))
+
+        outer.module.visit(Calls())
+        return found
+
+    # ------------------------------------------------------------------ editing
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        result = super().on_leave(original_node, updated_node)
+        if original_node in self._at_top and isinstance(result, (cst.For, cst.FunctionDef)):
+            stmts = [cst.parse_statement(code) for code in self._at_top[original_node]]
+            body = result.body
+            assert isinstance(body, cst.IndentedBlock)
+            items = list(body.body)
+            at = 1 if isinstance(result, cst.FunctionDef) and items and _is_docstring(items[0]) else 0
+            while at < len(items) and self._is_rank_preamble(items[at]):
+                at += 1
+            result = result.with_changes(body=body.with_changes(body=[*items[:at], *stmts, *items[at:]]))
+        return result
+
+
+    def _is_rank_preamble(self, stmt) -> bool:
+        """``local_rank = int(os.environ.get("LOCAL_RANK", 0))`` / ``device = ...``."""
+        if not m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())])])):
+            return False
+        name = stmt.body[0].targets[0].target.value
+        code = cst.Module(body=[]).code_for_node(stmt.body[0].value)
+        return (name == "local_rank" and "LOCAL_RANK" in code) or (name == "device" and "local_rank" in code)
+
+
+def _is_docstring(stmt) -> bool:
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())]))
+
+
+def _epoch_param(func: cst.FunctionDef) -> Optional[str]:
+    for param in [*func.params.params, *func.params.kwonly_params]:
+        if _EPOCH.match(param.name.value) and param.name.value not in ("e",):
+            return param.name.value
+    return None
+
+
+def _calls_set_epoch(node: cst.CSTNode) -> bool:
+    found = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if m.matches(call.func, m.Attribute(attr=m.Name("set_epoch"))):
+                found.append(call)
+
+    node.visit(Finder())
+    return bool(found)
+
+
+def _contains(haystack: cst.CSTNode, needle: cst.CSTNode) -> bool:
+    found = []
+
+    class Finder(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if node is needle:
+                found.append(node)
+            return not found
+
+    haystack.visit(Finder())
+    return bool(found)
+
+
+def _assigned_names(stmt: cst.CSTNode) -> Set[str]:
+    names: Set[str] = set()
+
+    class Finder(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            names.update(P.dotted_name(e) for e in _flatten(node.target))
+
+    stmt.visit(Finder())
+    return names
+
+
+def _flatten(target):
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _flatten(element.value)
+    else:
+        yield target

@@ -1,0 +1,127 @@
+"""DDP009 wrap-model: wrap a single-device script's model in DistributedDataParallel.
+
+A script with no DataParallel trains one model on one device.  Under torchrun it
+must wrap that model in DDP, or every process trains its own copy and their
+gradients are never averaged.  The model is the module whose parameters the
+optimizer trains; the wrap goes right before the optimizer is built::
+
+    model = Net().to(device)
+    optimizer = optim.Adam(model.parameters(), lr=args.lr)
+
+becomes::
+
+    model = Net().to(device)
+    model = DistributedDataParallel(
+        model, device_ids=[local_rank] if torch.cuda.is_available() else None
+    )
+    optimizer = optim.Adam(model.parameters(), lr=args.lr)
+
+(the module is moved to the device first when it was not already).  Code that
+used the bare model afterwards is kept working by ``module-access`` (DDP303).
+An optimizer built from something other than ``<module>.parameters()`` is
+reported.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Set
+
+import libcst as cst
+import libcst.matchers as m
+
+from . import _names as N
+from . import _patterns as P
+from ._base import FileRole, Transform
+
+
+class WrapModel(Transform):
+    CODE = "DDP009"
+    NAME = "wrap-model"
+    DESCRIPTION = "Wrap the model that the optimizer trains in DistributedDataParallel."
+
+    @classmethod
+    def applies_to(cls, role: FileRole) -> bool:
+        return role.single_device and role.in_program and not role.already_distributed
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._wrapped: Set[tuple] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not any(N.is_optimizer(n) for n in self.qnames(node.func)):
+            return
+        params = node.args[0].value if node.args else None
+        model = _trained_module(params) if params is not None else None
+        if not model:
+            self.manual(
+                node,
+                "could not tell which module this optimizer trains: wrap that module in "
+                "DistributedDataParallel by hand",
+            )
+            return
+        stmt = self.statement_of(node)
+        if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(
+            self.parent(stmt), (cst.IndentedBlock, cst.Module)
+        ):
+            self.manual(node, f"wrap {model} in DistributedDataParallel before its optimizer is built")
+            return
+        owner = self.enclosing_function(node)
+        key = (owner, model)
+        if key in self._wrapped or self._is_ddp(model, node):
+            return
+        self._wrapped.add(key)
+        local_rank = self.rank_name(node, "local_rank")
+        device = self.rank_name(node, "device")
+        if local_rank is None or device is None:
+            self.manual(node, f"wrap {model} in DistributedDataParallel by hand")
+            return
+        target = cst.parse_expression(model)
+        module_code = model if self.already_moved(target, node) else f"{model}.to({device})"
+        ddp = self.object_alias("torch.nn.parallel", "DistributedDataParallel", N.DDP)
+        wrap = cst.parse_statement(
+            f"{model} = {ddp}({module_code}, device_ids=[{local_rank}] if "
+            f"{self.torch()}.cuda.is_available() else None)"
+        )
+        self.insert_before(stmt, [wrap])
+        self.changed(node, f"{model} is wrapped in DistributedDataParallel before its optimizer is built")
+
+    def _is_ddp(self, model: str, at: cst.CSTNode) -> bool:
+        """``model`` was assigned from a DDP call before ``at`` (converted already)."""
+        found = []
+        outer = self
+        line = self.position(at)[0]
+
+        class Finder(cst.CSTVisitor):
+            def visit_Assign(self, assign: cst.Assign) -> None:
+                if any(P.dotted_name(t.target) == model for t in assign.targets) and outer.is_call(
+                    assign.value, N.DDP
+                ) and outer.position(assign)[0] < line:
+                    found.append(assign)
+
+        (self.enclosing_function(at) or self.module).visit(Finder())
+        return bool(found)
+
+
+def _trained_module(params: cst.BaseExpression) -> Optional[str]:
+    """``model`` in ``model.parameters()``, ``filter(f, model.parameters())``,
+    ``[{"params": model.fc.parameters()}, ...]`` (the common root)."""
+    if m.matches(params, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
+        name = P.dotted_name(params.func.value)
+        return name or None
+    if m.matches(params, m.Call(func=m.Name("filter") | m.Name("list"))) and params.args:
+        return _trained_module(params.args[-1].value)
+    if isinstance(params, (cst.List, cst.Tuple)):
+        roots = set()
+        for element in params.elements:
+            value = element.value
+            if isinstance(value, cst.Dict):
+                for item in value.elements:
+                    if isinstance(item, cst.DictElement) and P.string_value(item.key) == "params":
+                        name = _trained_module(item.value)
+                        if name is None:
+                            return None
+                        roots.add(name.split(".")[0] if not name.startswith("self.") else ".".join(name.split(".")[:2]))
+            else:
+                return None
+        return roots.pop() if len(roots) == 1 else None
+    return None

@@ -1,0 +1,384 @@
+"""The convert engine: pure functions from source bytes to converted bytes + findings.
+
+``convert_sources`` takes every file of the program at once, because a
+migration is a property of the program: the process group is set up at the
+entry point, the loader that needs a ``DistributedSampler`` may be built in
+another module, and output guards belong only in code that runs after the
+process group is up.  For each file it:
+
+1. skips files that cannot matter (no ``torch`` in the text) without parsing;
+2. parses with LibCST (a syntax error is reported with its line, file untouched);
+3. decides the file's role from per-file facts and the import graph;
+4. runs the transforms of ``codemods`` in order (each one a LibCST codemod);
+5. formats, black-style, only the statements it changed that are too long;
+6. checks that the result parses and that converting it again changes nothing.
+
+Nothing here touches the file system; the CLI reads and writes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import traceback
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Set
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+
+from dp2ddp.codemods import TRANSFORMS
+from dp2ddp.codemods._base import FileRole, Finding, Settings
+from dp2ddp.codemods._facts import FileFacts, collect_facts
+
+
+class InternalError(Exception):
+    """A bug in dp2ddp (a transform crashed or produced bad code)."""
+
+
+@dataclass
+class FileResult:
+    path: str
+    source: bytes
+    output: Optional[bytes] = None
+    findings: List[Finding] = field(default_factory=list)
+    #: "path:line:col: message" when the file could not be converted
+    error: Optional[str] = None
+    #: True when the error is a bug in dp2ddp rather than in the input
+    internal: bool = False
+    role: Optional[FileRole] = None
+    skipped: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.output is not None and self.output != self.source
+
+
+@dataclass
+class ConvertResult:
+    files: List[FileResult]
+
+    @property
+    def entries(self) -> List[FileResult]:
+        return [f for f in self.files if f.role is not None and f.role.is_entry]
+
+    @property
+    def changed(self) -> List[FileResult]:
+        return [f for f in self.files if f.changed]
+
+    @property
+    def errors(self) -> List[FileResult]:
+        return [f for f in self.files if f.error is not None]
+
+
+def may_matter(data: bytes) -> bool:
+    """Cheap prefilter: only files that mention torch can need a change."""
+    return b"torch" in data
+
+
+# ------------------------------------------------------------------ program roles
+def _resolve_imports(paths: Sequence[str], facts: Mapping[str, FileFacts]) -> Dict[str, Set[str]]:
+    """Which of the given files each file imports (the program's import graph).
+
+    ``import data`` from ``train.py`` is the ``data.py`` beside it (a script's folder
+    is on ``sys.path``), or a package module under any ancestor folder
+    (``import pkg.data`` -> ``pkg/data.py``); relative imports resolve from the
+    file's package.
+    """
+    known = {os.path.normpath(p): p for p in paths}
+
+    def lookup(folder: str, dotted: str) -> Set[str]:
+        found = set()
+        parts = [p for p in dotted.split(".") if p]
+        if not parts:
+            return found
+        for candidate in (os.path.join(folder, *parts) + ".py", os.path.join(folder, *parts, "__init__.py")):
+            hit = known.get(os.path.normpath(candidate))
+            if hit is not None:
+                found.add(hit)
+        return found
+
+    graph: Dict[str, Set[str]] = {}
+    for path in paths:
+        targets: Set[str] = set()
+        folder = os.path.dirname(os.path.normpath(path))
+        ancestors = [folder]
+        while True:
+            parent = os.path.dirname(ancestors[-1])
+            if parent == ancestors[-1] or not parent:
+                break
+            ancestors.append(parent)
+        if folder:
+            ancestors.append("")
+        for name in facts[path].imports:
+            for base in ancestors:
+                hits = lookup(base, name)
+                if hits:
+                    targets |= hits
+                    break
+        for level, name in facts[path].relative_imports:
+            base = folder
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            targets |= lookup(base, name) if name else lookup(base, "__init__")
+        graph[path] = targets - {path}
+    return graph
+
+
+def assign_roles(facts: Mapping[str, FileFacts]) -> Dict[str, FileRole]:
+    """Each file's role in the program (see ``FileRole``).
+
+    An entry point is a file whose ``__main__`` block, or module-level code, leads
+    to training (an optimizer or a ``backward()`` in it or in what it imports).  The
+    program is the entries plus every file they import, transitively.  With no
+    entry among the files given (a library folder), every file counts as part of
+    the program, since some script outside will run it.
+    """
+    paths = list(facts)
+    graph = _resolve_imports(paths, facts)
+    closures: Dict[str, Set[str]] = {}
+
+    def closure(start: str) -> Set[str]:
+        if start not in closures:
+            seen, todo = {start}, [start]
+            while todo:
+                for nxt in graph.get(todo.pop(), ()):
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        todo.append(nxt)
+            closures[start] = seen
+        return closures[start]
+
+    entries: Dict[str, str] = {}
+    for path, f in facts.items():
+        if f.module_level_trains:
+            entries[path] = "module"
+        elif f.has_main_guard and any(facts[p].trains for p in closure(path)):
+            entries[path] = "main-block"
+    library_mode = not entries
+    roles = {}
+    for path, f in facts.items():
+        owners = [e for e in entries if path in closure(e)]
+        program = {p for e in owners for p in closure(e)}
+        roles[path] = FileRole(
+            is_entry=path in entries,
+            entry_kind=entries.get(path, ""),
+            in_program=library_mode or bool(owners),
+            single_device=bool(owners) and not any(facts[p].has_data_parallel for p in program),
+            already_distributed=f.already_distributed
+            or any(facts[e].already_distributed for e in owners),
+        )
+    return roles
+
+
+# ------------------------------------------------------------------ line mapping
+class LineMap:
+    """Maps line numbers of an intermediate text back to the original text."""
+
+    def __init__(self, original: str, current: str) -> None:
+        self._same = original == current
+        if not self._same:
+            a, b = original.splitlines(), current.splitlines()
+            self._ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+            self._len = len(a)
+
+    def __call__(self, line: int) -> int:
+        if self._same or line <= 0:
+            return line
+        index = line - 1
+        for tag, i1, i2, j1, j2 in self._ops:
+            if j1 <= index < j2 or (tag == "insert" and index == j1):
+                if tag == "equal":
+                    return i1 + (index - j1) + 1
+                return min(i1 + 1, max(self._len, 1))
+        return line
+
+
+# ------------------------------------------------------------------ the pipeline
+def _parse(path: str, data: bytes) -> cst.Module:
+    return cst.parse_module(data)
+
+
+def syntax_error(path: str, exc: Exception) -> str:
+    if isinstance(exc, cst.ParserSyntaxError):
+        return f"{path}:{exc.raw_line}:{exc.raw_column + 1}: cannot parse: {exc.message}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{path}:1:1: cannot decode: {exc.reason} at byte {exc.start}"
+    if isinstance(exc, SyntaxError):
+        return f"{path}:{exc.lineno or 1}:{exc.offset or 1}: cannot parse: {exc.msg}"
+    return f"{path}:1:1: cannot parse: {exc}"
+
+
+def _check_compiles(path: str, data: bytes) -> None:
+    compile(data, path, "exec", dont_inherit=True, flags=0x400)  # PyCF_ONLY_AST
+
+
+def run_transforms(
+    path: str, module: cst.Module, role: FileRole, settings: Settings
+) -> tuple:
+    """Apply every transform that applies to ``role``; return (module, findings)."""
+    findings: List[Finding] = []
+    original_code = module.code
+    for transform_cls in TRANSFORMS:
+        if not transform_cls.applies_to(role):
+            continue
+        before = module.code
+        context = CodemodContext(filename=path)
+        transform = transform_cls(context, settings, role)
+        try:
+            module = transform.transform_module(module)
+        except Exception as exc:  # a bug in a transform
+            raise InternalError(
+                f"{path}: transform {transform_cls.NAME} crashed: {exc!r}\n{traceback.format_exc()}"
+            ) from exc
+        line_map = LineMap(original_code, before)
+        for finding in transform.findings:
+            finding.line = line_map(finding.line)
+            finding.path = path
+            findings.append(finding)
+    return module, findings
+
+
+def convert_sources(
+    sources: Mapping[str, bytes],
+    settings: Settings = Settings(),
+    verify: bool = True,
+) -> ConvertResult:
+    """Convert a whole program given as {path: bytes}."""
+    results: Dict[str, FileResult] = {}
+    modules: Dict[str, cst.Module] = {}
+    facts: Dict[str, FileFacts] = {}
+    for path, data in sources.items():
+        result = FileResult(path=path, source=data)
+        results[path] = result
+        if not may_matter(data):
+            result.skipped = True
+            continue
+        try:
+            module = _parse(path, data)
+            _check_compiles(path, data)
+        except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
+            result.error = syntax_error(path, exc)
+            continue
+        except RecursionError:
+            result.error = f"{path}:1:1: cannot parse: nested too deeply"
+            continue
+        modules[path] = module
+        facts[path] = collect_facts(module)
+    for path in list(modules):
+        if not facts[path].uses_torch:
+            results[path].skipped = True
+            del modules[path], facts[path]
+    roles = assign_roles(facts)
+    for path, module in modules.items():
+        result = results[path]
+        result.role = roles[path]
+        try:
+            new_module, findings = run_transforms(path, module, roles[path], settings)
+            new_module = format_changed(module, new_module)
+            output = new_module.bytes
+        except InternalError as exc:
+            result.error, result.internal = str(exc), True
+            continue
+        except Exception as exc:  # pragma: no cover - defensive
+            result.error = f"{path}: internal error: {exc!r}\n{traceback.format_exc()}"
+            result.internal = True
+            continue
+        result.findings = findings
+        result.output = output
+    if verify:
+        _verify(results, settings)
+    return ConvertResult(files=list(results.values()))
+
+
+def _verify(results: Dict[str, FileResult], settings: Settings) -> None:
+    """Every output parses, and converting the outputs again changes nothing."""
+    outputs = {}
+    for path, result in results.items():
+        if result.output is None or not result.changed:
+            outputs[path] = result.source
+            continue
+        try:
+            _parse(path, result.output)
+            _check_compiles(path, result.output)
+        except Exception as exc:
+            result.error = f"{path}: internal error: the converted code does not parse ({exc})"
+            result.internal, result.output = True, None
+            outputs[path] = result.source
+            continue
+        outputs[path] = result.output
+    if not any(r.changed for r in results.values()):
+        return
+    again = convert_sources(outputs, settings, verify=False)
+    for second in again.files:
+        first = results[second.path]
+        if first.changed and (second.changed or second.error):
+            detail = "".join(
+                difflib.unified_diff(
+                    first.output.decode("utf-8", "replace").splitlines(True),
+                    (second.output or b"").decode("utf-8", "replace").splitlines(True),
+                    "first pass",
+                    "second pass",
+                )
+            )
+            first.error = (
+                f"{first.path}: internal error: converting the result again changes it "
+                f"(not idempotent); the file is left as it was\n{detail or second.error}"
+            )
+            first.internal, first.output = True, None
+
+
+# ------------------------------------------------------------------ formatting
+def format_changed(original: cst.Module, new: cst.Module, line_length: int = 88) -> cst.Module:
+    """Black-format the statements the transforms wrote that are over ``line_length``."""
+    if original.deep_equals(new):
+        return new
+    seen = set()
+
+    class Collect(cst.CSTVisitor):
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+            seen.add(original.code_for_node(node.with_changes(leading_lines=())))
+
+    original.visit(Collect())
+    return new.visit(_Reformat(new, seen, line_length))
+
+
+class _Reformat(cst.CSTTransformer):
+    def __init__(self, module: cst.Module, seen: Set[str], line_length: int) -> None:
+        super().__init__()
+        self.module = module
+        self.seen = seen
+        self.line_length = line_length
+        self.indents: List[str] = []
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self.indents.append(node.indent if node.indent is not None else self.module.default_indent)
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        self.indents.pop()
+        return updated_node
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        bare = updated_node.with_changes(leading_lines=())
+        code = self.module.code_for_node(bare)
+        if code in self.seen:
+            return updated_node
+        indent = "".join(self.indents)
+        width = len(indent.expandtabs(4))
+        if all(width + len(line) <= self.line_length for line in code.splitlines()):
+            return updated_node
+        try:
+            import black
+
+            formatted = black.format_str(
+                code, mode=black.Mode(line_length=max(40, self.line_length - width))
+            )
+            body = cst.parse_module(formatted).body
+        except Exception:
+            return updated_node
+        if not body or not all(isinstance(s, cst.SimpleStatementLine) for s in body):
+            return updated_node
+        first = body[0].with_changes(leading_lines=updated_node.leading_lines)
+        if len(body) == 1:
+            return first
+        return cst.FlattenSentinel([first, *body[1:]])

@@ -1,0 +1,238 @@
+"""Which files a run looks at, and how they are read and written.
+
+Discovery (like black and ruff): a file given by name is always taken; a folder
+is walked recursively, skipping hidden folders, virtual environments, build
+outputs, ``site-packages`` and whatever the ``.gitignore`` files of the
+repository ignore.  Symbolic links are never followed out of the folder given.
+
+Writes are atomic: a temporary file in the same folder, flushed and renamed over
+the original, with the original's permission bits.  The bytes come from LibCST,
+which keeps the file's encoding (coding cookie, BOM) and line endings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+
+SKIP_DIRS = frozenset(
+    {
+        "__pycache__",
+        "build",
+        "dist",
+        "site-packages",
+        "node_modules",
+        "venv",
+        "env",
+        "__pypackages__",
+        "_build",
+        "buck-out",
+    }
+)
+
+
+class DiscoveryError(Exception):
+    """A path given on the command line that does not exist."""
+
+
+def _gitignore_spec(directory: Path):
+    ignore = directory / ".gitignore"
+    if not ignore.is_file():
+        return None
+    import pathspec
+
+    try:
+        lines = ignore.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def _git_root(path: Path) -> Optional[Path]:
+    for parent in [path, *path.parents]:
+        if (parent / ".git").exists():
+            return parent
+    return None
+
+
+class _Ignores:
+    """The .gitignore files that apply below a directory (nearest last)."""
+
+    def __init__(self, specs: Sequence[Tuple[Path, object]] = ()) -> None:
+        self.specs = list(specs)
+
+    @classmethod
+    def for_directory(cls, directory: Path) -> "_Ignores":
+        root = _git_root(directory)
+        chain: List[Path] = []
+        if root is not None:
+            current = directory
+            while True:
+                chain.append(current)
+                if current == root or current.parent == current:
+                    break
+                current = current.parent
+            chain.reverse()
+        else:
+            chain = [directory]
+        specs = [(d, s) for d in chain if (s := _gitignore_spec(d)) is not None]
+        return cls(specs)
+
+    def descend(self, directory: Path) -> "_Ignores":
+        spec = _gitignore_spec(directory)
+        return _Ignores(self.specs + [(directory, spec)]) if spec is not None else self
+
+    def ignored(self, path: Path, is_dir: bool) -> bool:
+        for base, spec in self.specs:
+            try:
+                rel = path.relative_to(base).as_posix()
+            except ValueError:
+                continue
+            if is_dir:
+                rel += "/"
+            if spec.match_file(rel):  # type: ignore[attr-defined]
+                return True
+        return False
+
+
+def _is_venv(directory: Path) -> bool:
+    return (directory / "pyvenv.cfg").is_file() or (directory / "conda-meta").is_dir()
+
+
+def discover(
+    paths: Iterable[Path],
+    exclude: Sequence[str] = (),
+    include: Sequence[str] = (),
+) -> Tuple[List[Path], List[Tuple[Path, str]]]:
+    """Python files under ``paths``; also (path, why) for paths that were skipped."""
+    found: List[Path] = []
+    skipped: List[Tuple[Path, str]] = []
+    seen = set()
+    extra = None
+    if exclude or include:
+        import pathspec
+
+        extra_exclude = pathspec.GitIgnoreSpec.from_lines(exclude) if exclude else None
+        extra_include = pathspec.GitIgnoreSpec.from_lines(include) if include else None
+        extra = (extra_exclude, extra_include)
+
+    def add(path: Path) -> None:
+        key = os.path.normcase(str(path.absolute()))
+        if key not in seen:
+            seen.add(key)
+            found.append(path)
+
+    for given in paths:
+        if not given.exists() and not given.is_symlink():
+            raise DiscoveryError(f"{given}: no such file or directory")
+        if given.is_file():
+            add(given)
+            continue
+        if not given.is_dir():
+            skipped.append((given, "not a regular file or directory"))
+            continue
+        root = given.resolve()
+        for path in _walk(given, root, _Ignores.for_directory(root), extra, skipped):
+            add(path)
+    return found, skipped
+
+
+def _walk(directory: Path, root: Path, ignores: _Ignores, extra, skipped) -> Iterator[Path]:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError as exc:
+        skipped.append((directory, f"cannot list: {exc.strerror}"))
+        return
+    ignores = ignores.descend(directory.resolve()) if directory.resolve() != root else ignores
+    for entry in entries:
+        path = Path(entry.path)
+        resolved_here = directory.resolve() / entry.name
+        if entry.is_symlink():
+            target = path.resolve()
+            if not _inside(target, root):
+                skipped.append((path, "symbolic link out of the tree, not followed"))
+                continue
+            if target.is_dir():
+                continue  # its files are reached through the tree itself
+        if entry.is_dir(follow_symlinks=False):
+            name = entry.name
+            if name.startswith(".") or name in SKIP_DIRS or _is_venv(path):
+                continue
+            if ignores.ignored(resolved_here, is_dir=True) or _extra_excluded(extra, path, root, True):
+                continue
+            yield from _walk(path, root, ignores, extra, skipped)
+        elif entry.name.endswith(".py"):
+            if ignores.ignored(resolved_here, is_dir=False) or _extra_excluded(extra, path, root, False):
+                continue
+            yield path
+
+
+def _extra_excluded(extra, path: Path, root: Path, is_dir: bool) -> bool:
+    if extra is None:
+        return False
+    exclude, include = extra
+    try:
+        rel = path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    if is_dir:
+        rel += "/"
+    if exclude is not None and exclude.match_file(rel):
+        return True
+    if include is not None and not is_dir and not include.match_file(rel):
+        return True
+    return False
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------- reading/writing
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class ConcurrentModification(Exception):
+    """The file changed on disk between reading and writing."""
+
+
+def write_atomic(path: Path, data: bytes, expected_digest: Optional[str] = None) -> None:
+    """Replace ``path`` with ``data`` atomically, keeping its permission bits.
+
+    When ``expected_digest`` is given and the file on disk no longer has it, the
+    file is not replaced (someone edited it since it was read).
+    """
+    path = Path(path)
+    target = path.resolve()
+    st = target.stat()
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".dp2ddp.tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        try:
+            os.chown(tmp, st.st_uid, st.st_gid)
+        except (PermissionError, AttributeError, OSError):
+            pass
+        if expected_digest is not None:
+            current = target.read_bytes()
+            if digest(current) != expected_digest:
+                raise ConcurrentModification(f"{path}: changed on disk since it was read; re-run")
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

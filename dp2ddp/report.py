@@ -1,0 +1,98 @@
+"""What a convert run tells the user: the diff, the summary, the exit code."""
+
+from __future__ import annotations
+
+import difflib
+from typing import List, Optional, Sequence
+
+import click
+
+from dp2ddp import launch
+from dp2ddp.engine import ConvertResult, FileResult
+
+EXIT_OK, EXIT_FINDINGS, EXIT_INTERNAL = 0, 1, 123
+
+
+def _text(data: bytes) -> str:
+    for encoding in ("utf-8-sig", "latin-1"):
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", "replace")
+
+
+def diff(file: FileResult, color: bool = False) -> str:
+    """Unified diff of one converted file (``a/``/``b/`` headers, like git)."""
+    before = _text(file.source).splitlines(keepends=True)
+    after = _text(file.output or b"").splitlines(keepends=True)
+    lines = list(difflib.unified_diff(before, after, f"a/{file.path}", f"b/{file.path}"))
+    fixed = []
+    for line in lines:
+        if not line.endswith("\n"):
+            line += "\n\\ No newline at end of file\n"
+        fixed.append(line)
+    if not color:
+        return "".join(fixed)
+    out = []
+    for line in fixed:
+        if line.startswith(("+++", "---")):
+            out.append(click.style(line, bold=True))
+        elif line.startswith("@@"):
+            out.append(click.style(line, fg="cyan"))
+        elif line.startswith("+"):
+            out.append(click.style(line, fg="green"))
+        elif line.startswith("-"):
+            out.append(click.style(line, fg="red"))
+        else:
+            out.append(line)
+    return "".join(out)
+
+
+def summary(
+    result: ConvertResult,
+    mode: Optional[str],
+    written: Sequence[FileResult] = (),
+    nproc: str = "gpu",
+) -> List[str]:
+    lines: List[str] = []
+    for file in result.files:
+        if file.error is not None:
+            prefix = "internal error" if file.internal else "error"
+            lines.append(f"{prefix}: {file.error}")
+    manual = [f for file in result.files for f in file.findings if f.kind == "manual"]
+    notes = [f for file in result.files for f in file.findings if f.kind == "note"]
+    if manual:
+        lines.append("Left for you to do (marked '# dp2ddp:' in the code):")
+        for f in sorted(manual, key=lambda f: (f.path, f.line)):
+            lines.append(f"  {f.path}:{f.line}:{f.column}: {f.code} {f.message}")
+    if notes:
+        lines.append("Notes:")
+        for f in sorted(notes, key=lambda f: (f.path, f.line)):
+            lines.append(f"  {f.path}:{f.line}:{f.column}: {f.code} {f.message}")
+    changed = result.changed
+    unchanged = [f for f in result.files if not f.changed and f.error is None]
+    failed = result.errors
+    verb = {"write": "converted", "check": "would be converted"}.get(mode or "", "would be converted")
+    count = len(written) if mode == "write" else len(changed)
+    parts = [f"{count} file{'s' if count != 1 else ''} {verb}"]
+    parts.append(f"{len(unchanged)} left unchanged")
+    if failed:
+        parts.append(f"{len(failed)} could not be converted")
+    if manual:
+        parts.append(f"{len(manual)} spot{'s' if len(manual) != 1 else ''} left for you")
+    lines.append(", ".join(parts) + ".")
+    entries = [f.path for f in result.entries if f.changed]
+    if entries and mode != "check":
+        lines.extend(launch.instructions(entries, nproc))
+    return lines
+
+
+def exit_code(result: ConvertResult, mode: Optional[str], write_errors: Sequence[str] = ()) -> int:
+    if any(f.internal for f in result.files):
+        return EXIT_INTERNAL
+    if result.errors or write_errors:
+        return EXIT_FINDINGS
+    if mode == "check" and result.changed:
+        return EXIT_FINDINGS
+    return EXIT_OK
