@@ -358,8 +358,8 @@ class Transform(VisitorBasedCodemodCommand):
             code.append('local_rank = int(os.environ.get("LOCAL_RANK", 0))\n')
         if "device" in needs:
             code.append(
-                f'device = {torch_name}.device("cuda", local_rank) if '
-                f'{torch_name}.cuda.is_available() else {torch_name}.device("cpu")\n'
+                f'device = {torch_name}.device(f"cuda:{{local_rank}}" if '
+                f'{torch_name}.cuda.is_available() else "cpu")\n'
             )
         return list(cst.parse_module("".join(code)).body)
 

@@ -87,14 +87,21 @@ def device_fallback_test(t: "Transform", node: cst.CSTNode) -> Optional[cst.Base
 
 
 def is_rank_device(t: "Transform", node: cst.CSTNode) -> bool:
-    """``torch.device("cuda", local_rank) if ... else torch.device("cpu")``."""
+    """This process's device, as the transforms write it:
+    ``torch.device(f"cuda:{local_rank}" if ... else "cpu")`` (or
+    ``torch.device("cuda", local_rank)``)."""
     if isinstance(node, cst.IfExp):
         node = node.body
-    return (
-        t.is_call(node, N.TORCH_DEVICE)
-        and len(node.args) == 2
-        and string_value(node.args[0].value) == "cuda"
-        and m.matches(node.args[1].value, m.Name("local_rank"))
+    if not t.is_call(node, N.TORCH_DEVICE) or not node.args:
+        return False
+    first = node.args[0].value
+    if len(node.args) == 2:
+        return string_value(first) == "cuda" and m.matches(node.args[1].value, m.Name("local_rank"))
+    if isinstance(first, cst.IfExp):
+        first = first.body
+    return isinstance(first, cst.FormattedString) and any(
+        isinstance(part, cst.FormattedStringExpression) and m.matches(part.expression, m.Name("local_rank"))
+        for part in first.parts
     )
 
 
@@ -194,7 +201,8 @@ _HARMLESS_METHODS = frozenset(
      "strftime", "now", "upper", "lower", "strip", "replace", "numel", "avg",
      "get_last_lr", "state_dict", "device_count", "is_available", "get_device_name",
      "get_world_size", "get_rank", "memory_allocated", "max_memory_allocated",
-     "getcwd", "join", "exists", "basename", "dirname", "count"}
+     "getcwd", "join", "exists", "basename", "dirname", "count", "abspath", "realpath",
+     "relpath", "isfile", "isdir", "getsize", "splitext"}
 )
 
 

@@ -7,7 +7,7 @@ node, and the converted script must also run on a CPU-only machine (gloo).  So:
   (``non_blocking=`` is kept);
 * ``device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")``,
   ``device = "cuda"`` and friends become
-  ``torch.device("cuda", local_rank) if <the same test> else torch.device("cpu")``;
+  ``torch.device(f"cuda:{local_rank}" if <the same test> else "cpu")``;
 * ``.to("cuda:0")``, ``device="cuda"`` and ``map_location="cuda:0"`` arguments use
   ``device``; ``device == "cuda"`` comparisons become ``device.type == "cuda"``
   (a ``torch.device`` never equals a string);
@@ -23,7 +23,7 @@ Example::
 
 becomes::
 
-    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     inputs = inputs.to(device, non_blocking=True)
 """
 
@@ -51,9 +51,43 @@ class RankDevice(Transform):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._device_vars: Set[str] = set()
+        #: functions (or the module) that place things on a second GPU on purpose
+        self._multi_gpu: Set[cst.CSTNode] = set()
+
+    def visit_Module(self, node: cst.Module) -> None:
+        outer = self
+
+        class SecondGPU(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                if m.matches(call.func, m.Attribute(attr=m.Name("cuda"))) and call.args:
+                    value = call.args[0].value
+                    if call.args[0].keyword is None and isinstance(value, cst.Integer) and value.value != "0":
+                        outer._mark_multi_gpu(call)
+
+            def visit_SimpleString(self, string: cst.SimpleString) -> None:
+                value = P.string_value(string) or ""
+                if value.startswith("cuda:") and value[5:].isdigit() and value[5:] != "0":
+                    outer._mark_multi_gpu(string)
+
+        node.visit(SecondGPU())
+
+    def _mark_multi_gpu(self, node: cst.CSTNode) -> None:
+        owner = self.enclosing_function(node) or self.module
+        if owner not in self._multi_gpu:
+            self._multi_gpu.add(owner)
+            self.manual(
+                node,
+                "this code puts tensors on a second GPU on purpose (model parallelism?): "
+                "its device placement is left as is; give each process its own GPUs by hand",
+            )
+
+    def _in_multi_gpu(self, node: cst.CSTNode) -> bool:
+        return (self.enclosing_function(node) or self.module) in self._multi_gpu
 
     # x.cuda(...) / x.to("cuda:0") / device="cuda" ------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self._in_multi_gpu(original_node):
+            return updated_node
         func = updated_node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda" and not self.qnames(
             original_node.func
@@ -69,14 +103,7 @@ class RankDevice(Transform):
             if arg.keyword is not None and arg.keyword.value == "non_blocking":
                 keep.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
             elif arg.keyword is None or arg.keyword.value == "device":
-                value = arg.value
-                if isinstance(value, cst.Integer) and value.value != "0":
-                    self.manual(
-                        original,
-                        f".cuda({value.value}) puts this on a second GPU on purpose "
-                        "(model parallelism?): place it per rank by hand",
-                    )
-                    return updated
+                continue
             else:
                 self.manual(original, "unexpected arguments to .cuda(): place it by hand")
                 return updated
@@ -117,6 +144,8 @@ class RankDevice(Transform):
         value = original_node.value
         if P.is_rank_device(self, value) or not P.is_device_spec(self, value):
             return updated_node
+        if self._in_multi_gpu(original_node):
+            return updated_node
         targets = [t.target for t in original_node.targets]
         if not all(isinstance(t, (cst.Name, cst.Attribute)) for t in targets):
             return updated_node
@@ -130,7 +159,7 @@ class RankDevice(Transform):
             self.module.code_for_node(test) if test is not None else f"{torch_name}.cuda.is_available()"
         )
         new_value = cst.parse_expression(
-            f'{torch_name}.device("cuda", {local_rank}) if {test_code} else {torch_name}.device("cpu")'
+            f'{torch_name}.device(f"cuda:{{{local_rank}}}" if {test_code} else "cpu")'
         )
         for target in targets:
             if isinstance(target, cst.Name):

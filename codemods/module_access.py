@@ -27,10 +27,12 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
+import libcst.matchers as m
 
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
+from .sampler import _calls_backward
 
 #: What DDP provides itself: no ``.module`` needed.
 DDP_API = frozenset(
@@ -129,9 +131,43 @@ class ModuleAccess(Transform):
             f"{P.dotted_name(original_node.value)}.{original_node.attr.value} goes through .module "
             "(the model is wrapped in DDP now)",
         )
+        if self._forward_bypasses_ddp(original_node):
+            self.manual(
+                original_node,
+                f"{P.dotted_name(original_node.value)}.{original_node.attr.value}(...) runs part of "
+                "the model outside the DDP wrapper in a training function: call the wrapped "
+                "model instead, or its gradients are not averaged across processes",
+            )
         return updated_node.with_changes(
             value=cst.Attribute(value=updated_node.value, attr=cst.Name("module"))
         )
+
+    def _forward_bypasses_ddp(self, node: cst.Attribute) -> bool:
+        """``model.encoder(x)`` called where a ``backward()`` follows it (training)."""
+        if node.attr.value in ("state_dict", "load_state_dict"):
+            return False
+        call = self.parent(node)
+        if not (isinstance(call, cst.Call) and call.func is node):
+            return False
+        func = self.enclosing_function(node)
+        if func is None:
+            return False
+        line = self.position(node)[0]
+        loop = next((a for a in self.ancestors(node) if isinstance(a, (cst.For, cst.While))), None)
+        outer = self
+        found = []
+
+        class Backward(cst.CSTVisitor):
+            def visit_Call(self, inner: cst.Call) -> None:
+                if m.matches(inner.func, m.Attribute(attr=m.Name("backward"))):
+                    if outer.position(inner)[0] >= line:
+                        found.append(inner)
+
+        (loop or func).visit(Backward())
+        if loop is not None and not found:
+            # a backward earlier in the same loop body runs after this call next time round
+            found = [1] if _calls_backward(loop) else []
+        return bool(found)
 
     def _is_assign_target(self, node: cst.Attribute) -> bool:
         parent = self.parent(node)

@@ -111,6 +111,8 @@ class ProcessGroupSetup(Transform):
         updated_node = super().leave_Module(original_node, updated_node)
         body = list(updated_node.body)
         at = header_end(body)
+        while at < len(body) and _is_our_helper(body[at]):
+            at += 1  # after the other helpers dp2ddp added
         helper = self._helper_def().with_changes(leading_lines=_blank(2))
         if self.role.entry_kind == "module":
             names = self._names()
@@ -129,6 +131,12 @@ class ProcessGroupSetup(Transform):
         if rest:
             rest[0] = rest[0].with_changes(leading_lines=at_least_two_blank(rest[0].leading_lines))
         return updated_node.with_changes(body=[*body[:at], *new, *rest, *tail])
+
+
+def _is_our_helper(stmt) -> bool:
+    if not isinstance(stmt, cst.FunctionDef):
+        return False
+    return "(added by dp2ddp)" in cst.Module(body=[stmt]).code
 
 
 def _blank(count: int) -> list:

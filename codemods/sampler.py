@@ -311,10 +311,15 @@ class DistributedSamplerTransform(Transform):
 
 # ------------------------------------------------------------------ helpers
 def _arg(call: cst.Call, position: int, keyword: str) -> Optional[cst.BaseExpression]:
+    """An argument by keyword (also a key of a ``**{...}`` literal) or position."""
     positional = [a for a in call.args if a.keyword is None and not a.star]
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == keyword:
             return arg.value
+        if arg.star == "**" and isinstance(arg.value, cst.Dict):
+            for element in arg.value.elements:
+                if isinstance(element, cst.DictElement) and P.string_value(element.key) == keyword:
+                    return element.value
     if position < len(positional):
         return positional[position].value
     return None

@@ -61,6 +61,9 @@ class SaveOnMainProcess(MainProcessGuard):
     def starts(self, stmt: cst.BaseStatement) -> Optional[str]:
         call = single_call(stmt)
         if call is not None and self.is_call(call, N.TORCH_SAVE):
+            owner = self.parent(self.parent(stmt))
+            if isinstance(owner, cst.With) and self._with_open_save(owner):
+                return None  # the whole `with open(...)` is guarded instead
             return "torch.save runs on the main process only (every rank holds the same weights)"
         if isinstance(stmt, cst.With) and self._with_open_save(stmt):
             return "the checkpoint file is written by the main process only"

@@ -208,7 +208,10 @@ class SetEpoch(Transform):
                 ):
                     loop = anc
                     break
-            if loop is None or _calls_set_epoch(loop.body):
+            if loop is None:
+                continue
+            if _calls_set_epoch(loop.body):
+                placed = True  # done already (an earlier run)
                 continue
             known = self._known_loader(arg, call)
             if known in ("eval", "other"):
@@ -261,7 +264,9 @@ class SetEpoch(Transform):
             return False
         name = stmt.body[0].targets[0].target.value
         code = cst.Module(body=[]).code_for_node(stmt.body[0].value)
-        return (name == "local_rank" and "LOCAL_RANK" in code) or (name == "device" and "local_rank" in code)
+        return (name == "local_rank" and "LOCAL_RANK" in code) or (
+            name == "device" and P.is_rank_device(self, stmt.body[0].value)
+        )
 
 
 def _is_docstring(stmt) -> bool:
