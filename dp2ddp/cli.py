@@ -55,8 +55,8 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--write", "mode", flag_value="write", help="Rewrite the files in place.")
-@click.option("--check", "mode", flag_value="check", help="Write nothing; exit 1 if a file would change.")
+@click.option("--write", is_flag=True, help="Rewrite the files in place.")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if a file would change.")
 @click.option("--diff", "show_diff", is_flag=True, default=None, help="Print the diff (default unless --write/--check).")
 @click.option(
     "--batch-size",
@@ -77,7 +77,8 @@ def cli() -> None:
 @_internal_errors
 def convert(
     paths: List[Path],
-    mode: Optional[str],
+    write: bool,
+    check: bool,
     show_diff: Optional[bool],
     batch_size: str,
     no_markers: bool,
@@ -96,6 +97,9 @@ def convert(
     from dp2ddp.codemods._base import Settings
     from dp2ddp.runner import ConvertRun
 
+    if write and check:
+        raise click.UsageError("--write and --check exclude each other")
+    mode = "write" if write else "check" if check else None
     settings = Settings(batch_size=batch_size, markers=not no_markers)
     run = ConvertRun(paths, settings, exclude=exclude, include=include)
     try:
@@ -106,10 +110,9 @@ def convert(
         show_diff = mode is None
     if color is None:
         color = sys.stdout.isatty()
-    out = click.get_text_stream("stdout")
     if show_diff:
         for file in result.changed:
-            out.write(report.diff(file, color=color))
+            click.echo(report.diff(file, color=color), nl=False, color=color)
     written = run.write(result) if mode == "write" else []
     if not quiet:
         for line in report.summary(result, mode=mode, written=written, nproc=nproc_per_node):

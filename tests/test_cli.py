@@ -1,0 +1,172 @@
+"""The command line contract: modes, exit codes, errors, what is (not) imported."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES
+from dp2ddp.cli import cli
+
+DP_SCRIPT = (FIXTURES / "e2e" / "dp_classifier" / "before" / "train.py").read_bytes()
+PY2_SCRIPT = b'import torch\nmodel = torch.nn.DataParallel(net)\nprint "training"\n'
+CLEAN = b'"""Nothing to convert."""\nimport os\n\nprint(os.getcwd())\n'
+
+
+def run(*args, cwd=None):
+    runner = CliRunner()
+    old = os.getcwd()
+    try:
+        if cwd:
+            os.chdir(cwd)
+        return runner.invoke(cli, list(args), catch_exceptions=False)
+    finally:
+        os.chdir(old)
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "train.py").write_bytes(DP_SCRIPT)
+    (tmp_path / "util.py").write_bytes(CLEAN)
+    return tmp_path
+
+
+def test_default_prints_a_diff_and_writes_nothing(project):
+    result = run("convert", str(project))
+    assert result.exit_code == 0, result.output
+    assert f"--- a/{project / 'train.py'}" in result.stdout
+    assert "+from torch.nn.parallel import DistributedDataParallel" in result.stdout
+    assert (project / "train.py").read_bytes() == DP_SCRIPT
+    # how to launch it: one machine and several
+    assert "torchrun --standalone --nproc_per_node=gpu" in result.stderr
+    assert "--nnodes=2" in result.stderr and "--rdzv_endpoint=HOST:29400" in result.stderr
+
+
+def test_check_exits_1_when_a_file_would_change(project):
+    result = run("convert", "--check", str(project))
+    assert result.exit_code == 1
+    assert result.stdout == ""  # no diff unless asked
+    assert (project / "train.py").read_bytes() == DP_SCRIPT
+
+
+def test_write_then_check_is_clean(project):
+    result = run("convert", "--write", str(project))
+    assert result.exit_code == 0, result.output
+    converted = (project / "train.py").read_bytes()
+    assert converted != DP_SCRIPT and b"DistributedDataParallel(" in converted
+    assert (project / "util.py").read_bytes() == CLEAN
+    again = run("convert", "--check", str(project))
+    assert again.exit_code == 0, again.output
+    assert "0 files would be converted" in again.stderr
+
+
+def test_check_and_diff_together(project):
+    result = run("convert", "--check", "--diff", str(project))
+    assert result.exit_code == 1
+    assert "+++ b/" in result.stdout
+
+
+def test_write_and_check_is_a_usage_error(project):
+    result = run("convert", "--write", "--check", str(project))
+    assert result.exit_code == 2
+    assert "exclude each other" in result.output
+
+
+def test_missing_path_is_a_usage_error(tmp_path):
+    result = run("convert", str(tmp_path / "nope.py"))
+    assert result.exit_code == 2
+    assert "nope.py" in result.output
+
+
+def test_unknown_option_is_a_usage_error(project):
+    assert run("convert", "--frobnicate", str(project)).exit_code == 2
+
+
+def test_unparseable_file_is_named_untouched_and_others_converted(project):
+    bad = project / "legacy.py"
+    bad.write_bytes(PY2_SCRIPT)
+    result = run("convert", "--write", str(project))
+    assert result.exit_code == 1
+    assert f"{bad}:3:" in result.stderr and "cannot parse" in result.stderr
+    assert bad.read_bytes() == PY2_SCRIPT
+    assert b"DistributedDataParallel(" in (project / "train.py").read_bytes()
+
+
+def test_internal_error_exits_123_with_a_message(project, monkeypatch):
+    from dp2ddp import engine
+    from dp2ddp.codemods._base import Transform
+
+    class Broken(Transform):
+        NAME = "broken"
+
+        def visit_Module(self, node):
+            raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine, "TRANSFORMS", (Broken,))
+    result = run("convert", "--write", str(project))
+    assert result.exit_code == 123
+    assert "internal error" in result.stderr and "boom" in result.stderr
+    assert (project / "train.py").read_bytes() == DP_SCRIPT
+
+
+def test_crash_outside_the_engine_is_123_not_a_bare_traceback(project, monkeypatch):
+    from dp2ddp import runner
+
+    def explode(self):
+        raise KeyError("unexpected")
+
+    monkeypatch.setattr(runner.ConvertRun, "convert", explode)
+    result = run("convert", str(project))
+    assert result.exit_code == 123
+    assert result.stderr.startswith("dp2ddp: internal error")
+    assert "This is a bug in dp2ddp" in result.stderr
+
+
+def test_python_dash_m_and_no_torch_import(project):
+    code = (
+        "import sys, runpy\n"
+        "sys.argv = ['dp2ddp', 'convert', '--check', sys.argv[1]]\n"
+        "try:\n"
+        "    runpy.run_module('dp2ddp', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code\n"
+        "assert 'torch' not in sys.modules, 'convert imported torch'\n"
+        "print('exit', code)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(project)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "exit 1"
+    version = subprocess.run([sys.executable, "-m", "dp2ddp", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and "dp2ddp" in version.stdout
+
+
+def test_folder_walk_skips_venvs_hidden_build_and_gitignored(tmp_path):
+    for rel in ["src/train.py", ".hidden/train.py", "venv/lib/train.py", "build/train.py",
+                "ignored/train.py", "env2/train.py"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(DP_SCRIPT)
+    (tmp_path / "env2" / "pyvenv.cfg").write_text("home = /usr\n")
+    (tmp_path / ".gitignore").write_text("ignored/\n")
+    (tmp_path / ".git").mkdir()
+    result = run("convert", "--check", str(tmp_path))
+    assert result.exit_code == 1
+    assert "1 file would be converted" in result.stderr, result.stderr
+    # a file given by name is always taken
+    result = run("convert", "--check", str(tmp_path / "ignored" / "train.py"))
+    assert "1 file would be converted" in result.stderr
+
+
+def test_report_lists_spots_left_for_a_human(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass MyDP(nn.DataParallel):\n    pass\n"
+    )
+    result = run("convert", str(script))
+    assert result.exit_code == 0
+    assert f"{script}:5:1: DDP001" in result.stderr
+    assert "+# dp2ddp: DDP001" in result.stdout
