@@ -121,6 +121,7 @@ class Transform(VisitorBasedCodemodCommand):
         self._markers: Dict[cst.CSTNode, List[str]] = {}
         self._replacements: Dict[cst.CSTNode, Sequence[cst.BaseStatement]] = {}
         self._before: Dict[cst.CSTNode, List[cst.BaseStatement]] = {}
+        self._after: Dict[cst.CSTNode, List[cst.BaseStatement]] = {}
         self._preambles: Dict[cst.CSTNode, List[str]] = {}
         self._aliases: Dict[tuple, str] = {}
         self._helpers: Dict[str, str] = {}
@@ -280,8 +281,21 @@ class Transform(VisitorBasedCodemodCommand):
         return self.module_alias("torch", "torch")
 
     def main_process_test(self) -> cst.BaseExpression:
-        """``dist.get_rank() == 0``: true on exactly one process of the job."""
-        return cst.parse_expression(f"{self.dist()}.get_rank() == 0")
+        """True on exactly one process of the job: ``dist.get_rank() == 0`` in the
+        entry file (the process group is always up there); in other modules, which
+        a notebook or a test may import without one, also true when there is no
+        process group: ``not dist.is_initialized() or dist.get_rank() == 0``."""
+        dist = self.dist()
+        if self.role.is_entry:
+            return cst.parse_expression(f"{dist}.get_rank() == 0")
+        return cst.parse_expression(f"not {dist}.is_initialized() or {dist}.get_rank() == 0")
+
+    def other_process_test(self) -> cst.BaseExpression:
+        """The negation of ``main_process_test`` (for ``tqdm(disable=...)``)."""
+        dist = self.dist()
+        if self.role.is_entry:
+            return cst.parse_expression(f"{dist}.get_rank() != 0")
+        return cst.parse_expression(f"{dist}.is_initialized() and {dist}.get_rank() != 0")
 
     # ------------------------------------------------------------ rank context
     def rank_name(self, node: cst.CSTNode, what: str) -> Optional[str]:
@@ -367,6 +381,10 @@ class Transform(VisitorBasedCodemodCommand):
     def replace_statement(self, original: Stmt, new: Sequence[cst.BaseStatement]) -> None:
         self._replacements[original] = list(new)
 
+    def insert_after(self, original: Stmt, new: Sequence[cst.BaseStatement]) -> None:
+        """Put ``new`` right after the statement ``original`` (when leaving it)."""
+        self._after.setdefault(original, []).extend(new)
+
     def insert_before(self, original: Stmt, new: Sequence[cst.BaseStatement]) -> None:
         """Put ``new`` right before the statement ``original`` (when leaving it)."""
         self._before.setdefault(original, []).extend(new)
@@ -416,7 +434,14 @@ class Transform(VisitorBasedCodemodCommand):
                 result = self._add_markers(result, self._markers[original_node])
             if original_node in self._before:
                 result = self._prepend(result, self._before[original_node])
+            if original_node in self._after:
+                nodes = list(result.nodes) if isinstance(result, cst.FlattenSentinel) else [result]
+                result = cst.FlattenSentinel([*nodes, *self._after[original_node]])
         return result
+
+    def marker_lines(self, original: cst.CSTNode) -> List[cst.EmptyLine]:
+        """Marker comments registered for ``original`` that were not placed yet."""
+        return [cst.EmptyLine(comment=cst.Comment(text)) for text in self._markers.pop(original, [])]
 
     @staticmethod
     def _prepend(result, new: List[cst.BaseStatement]):

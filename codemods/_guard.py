@@ -91,15 +91,18 @@ class MainProcessGuard(Transform):
             while end < len(originals) and self.continues(originals[end]):
                 end += 1
             run = list(updated[index:end])
+            after = self.after_run(originals[index:end])
+            markers = self.marker_lines(originals[index])
             previous = out[-1] if out else None
-            if self._joinable(previous):
+            if self._joinable(previous) and not markers:
                 # right after our own main-process block: one block, not two
                 out[-1] = previous.with_changes(
                     body=previous.body.with_changes(body=[*previous.body.body, *run])
                 )
             else:
-                out.append(self._wrap(run))
-            out.extend(self.after_run(originals[index:end]))
+                guarded = self._wrap(run)
+                out.append(guarded.with_changes(leading_lines=[*guarded.leading_lines, *markers]))
+            out.extend(after)
             self.changed(originals[index], why)
             changed = True
             index = end

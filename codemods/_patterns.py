@@ -88,20 +88,20 @@ def device_fallback_test(t: "Transform", node: cst.CSTNode) -> Optional[cst.Base
 
 def is_rank_device(t: "Transform", node: cst.CSTNode) -> bool:
     """This process's device, as the transforms write it:
-    ``torch.device(f"cuda:{local_rank}" if ... else "cpu")`` (or
-    ``torch.device("cuda", local_rank)``)."""
+    ``torch.device(f"cuda:{local_rank}" if ... else "cpu")``, the same as a string,
+    or ``torch.device("cuda", local_rank)``."""
     if isinstance(node, cst.IfExp):
         node = node.body
-    if not t.is_call(node, N.TORCH_DEVICE) or not node.args:
-        return False
-    first = node.args[0].value
-    if len(node.args) == 2:
-        return string_value(first) == "cuda" and m.matches(node.args[1].value, m.Name("local_rank"))
-    if isinstance(first, cst.IfExp):
-        first = first.body
-    return isinstance(first, cst.FormattedString) and any(
+    if t.is_call(node, N.TORCH_DEVICE) and node.args:
+        if len(node.args) == 2:
+            return string_value(node.args[0].value) == "cuda" and m.matches(
+                node.args[1].value, m.Name("local_rank")
+            )
+        first = node.args[0].value
+        node = first.body if isinstance(first, cst.IfExp) else first
+    return isinstance(node, cst.FormattedString) and any(
         isinstance(part, cst.FormattedStringExpression) and m.matches(part.expression, m.Name("local_rank"))
-        for part in first.parts
+        for part in node.parts
     )
 
 
@@ -260,7 +260,9 @@ def is_main_process_check(t: "Transform", test: cst.BaseExpression) -> bool:
     if isinstance(test, cst.BooleanOperation):
         if isinstance(test.operator, cst.And):
             return is_main_process_check(t, test.left) or is_main_process_check(t, test.right)
-        return is_main_process_check(t, test.left) and is_main_process_check(t, test.right)
+        # `not dist.is_initialized() or dist.get_rank() == 0`: a world of one, or rank 0
+        operands = [o for o in (test.left, test.right) if not _not_initialized(o)]
+        return bool(operands) and all(is_main_process_check(t, o) for o in operands)
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return is_rank_expr(t, test.expression)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
@@ -290,6 +292,15 @@ def is_main_process_check(t: "Transform", test: cst.BaseExpression) -> bool:
     if isinstance(test, cst.Attribute):
         return bool(_MAIN_VAR.match(test.attr.value))
     return False
+
+
+def _not_initialized(node: cst.CSTNode) -> bool:
+    return (
+        isinstance(node, cst.UnaryOperation)
+        and isinstance(node.operator, cst.Not)
+        and isinstance(node.expression, cst.Call)
+        and dotted_name(node.expression.func).endswith("is_initialized")
+    )
 
 
 def _int_call_of_rank(t: "Transform", node: cst.CSTNode) -> bool:

@@ -5,12 +5,15 @@ node, and the converted script must also run on a CPU-only machine (gloo).  So:
 
 * ``x.cuda()``, ``x.cuda(0)``, ``x.cuda(args.gpu)`` become ``x.to(device)``
   (``non_blocking=`` is kept);
-* ``device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")``,
-  ``device = "cuda"`` and friends become
-  ``torch.device(f"cuda:{local_rank}" if <the same test> else "cpu")``;
+* ``device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")`` and
+  ``torch.device("cuda")`` become
+  ``torch.device(f"cuda:{local_rank}" if <the same test> else "cpu")``; a device
+  kept as a string stays a string (``"cuda:0"`` -> ``f"cuda:{local_rank}" if ...
+  else "cpu"``; a bare ``"cuda"`` already means this process's GPU once the setup
+  has called ``set_device``, it only gets a CPU fallback when it had none), so
+  ``device == "cpu"`` and ``autocast(device_type=device)`` keep working;
 * ``.to("cuda:0")``, ``device="cuda"`` and ``map_location="cuda:0"`` arguments use
-  ``device``; ``device == "cuda"`` comparisons become ``device.type == "cuda"``
-  (a ``torch.device`` never equals a string);
+  ``device``;
 * ``torch.cuda.set_device(...)`` calls are dropped: the process-group setup calls
   it with the local rank.
 
@@ -29,6 +32,7 @@ becomes::
 
 from __future__ import annotations
 
+import re
 from typing import Set, Union
 
 import libcst as cst
@@ -50,7 +54,6 @@ class RankDevice(Transform):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._device_vars: Set[str] = set()
         #: functions (or the module) that place things on a second GPU on purpose
         self._multi_gpu: Set[cst.CSTNode] = set()
 
@@ -95,7 +98,21 @@ class RankDevice(Transform):
             return self._cuda_call(original_node, updated_node)
         if self.is_call(original_node, N.TORCH_DEVICE):
             return updated_node
+        self._gpu_option(original_node)
         return self._device_args(original_node, updated_node)
+
+    def _gpu_option(self, call: cst.Call) -> None:
+        """``parser.add_argument("--gpu-ids", ...)``: that option no longer picks GPUs."""
+        if not m.matches(call.func, m.Attribute(attr=m.Name("add_argument"))) or not call.args:
+            return
+        flag = P.string_value(call.args[0].value) or ""
+        if flag.lstrip("-").replace("-", "_") in _GPU_OPTIONS:
+            self.note(
+                call,
+                f"{flag} no longer chooses the GPUs: torchrun starts one process per GPU "
+                "(--nproc_per_node) and each uses the GPU of its LOCAL_RANK; restrict them "
+                "with CUDA_VISIBLE_DEVICES",
+            )
 
     def _cuda_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         keep = []
@@ -111,6 +128,8 @@ class RankDevice(Transform):
         if device is None:
             self.manual(original, ".cuda() where no per-rank device can be defined")
             return updated
+        if original.args and original.args[0].keyword is None:
+            self.explicit_gpu_note(original.args[0].value)
         self.changed(original, f".cuda() -> .to({device}): this process's device")
         assert isinstance(updated.func, cst.Attribute)
         args = [cst.Arg(cst.Name(device)), *keep]
@@ -141,6 +160,9 @@ class RankDevice(Transform):
 
     # device = torch.device("cuda:0" ...) ------------------------------------
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        """Per-rank device, keeping its type: a ``torch.device`` stays one, a string
+        stays a string (``device == "cpu"``, ``autocast(device_type=device)`` and
+        friends keep working)."""
         value = original_node.value
         if P.is_rank_device(self, value) or not P.is_device_spec(self, value):
             return updated_node
@@ -149,41 +171,43 @@ class RankDevice(Transform):
         targets = [t.target for t in original_node.targets]
         if not all(isinstance(t, (cst.Name, cst.Attribute)) for t in targets):
             return updated_node
-        local_rank = self.rank_name(original_node, "local_rank")
-        if local_rank is None:
-            self.manual(original_node, "device assignment where LOCAL_RANK cannot be read")
-            return updated_node
         test = P.device_fallback_test(self, value)
         torch_name = self.torch()
         test_code = (
             self.module.code_for_node(test) if test is not None else f"{torch_name}.cuda.is_available()"
         )
-        new_value = cst.parse_expression(
-            f'{torch_name}.device(f"cuda:{{{local_rank}}}" if {test_code} else "cpu")'
-        )
-        for target in targets:
-            if isinstance(target, cst.Name):
-                self._device_vars.add(target.value)
-        self.changed(original_node, "the device is this process's GPU (LOCAL_RANK), CPU without one")
-        return updated_node.with_changes(value=new_value)
-
-    # device == "cuda" -> device.type == "cuda" --------------------------------
-    def leave_Comparison(
-        self, original_node: cst.Comparison, updated_node: cst.Comparison
-    ) -> cst.Comparison:
-        left = updated_node.left
-        if (
-            isinstance(left, cst.Name)
-            and left.value in self._device_vars
-            and len(updated_node.comparisons) == 1
-            and isinstance(updated_node.comparisons[0].operator, (cst.Equal, cst.NotEqual))
-            and P.string_value(updated_node.comparisons[0].comparator) in ("cuda", "cpu")
-        ):
-            self.changed(original_node, f"{left.value} is a torch.device now: compare its .type")
+        body = value.body if isinstance(value, cst.IfExp) else value
+        if not self.is_call(value, N.TORCH_DEVICE) and P.string_value(body) == "cuda":
+            # "cuda" means the current GPU, which the setup sets to LOCAL_RANK's
+            if test is not None:
+                return updated_node
+            self.changed(original_node, "the device falls back to the CPU when there is no GPU")
             return updated_node.with_changes(
-                left=cst.Attribute(value=left, attr=cst.Name("type"))
+                value=cst.parse_expression(f'"cuda" if {test_code} else "cpu"')
             )
-        return updated_node
+        local_rank = self.rank_name(original_node, "local_rank")
+        if local_rank is None:
+            self.manual(original_node, "device assignment where LOCAL_RANK cannot be read")
+            return updated_node
+        spec = f'f"cuda:{{{local_rank}}}" if {test_code} else "cpu"'
+        if self.is_call(value, N.TORCH_DEVICE):
+            spec = f"{torch_name}.device({spec})"
+        self.explicit_gpu_note(value if test is None else body)
+        self.changed(original_node, "the device is this process's GPU (LOCAL_RANK), CPU without one")
+        return updated_node.with_changes(value=cst.parse_expression(spec))
+
+    def explicit_gpu_note(self, node: cst.CSTNode) -> None:
+        """A GPU the user picked (``f"cuda:{args.gpu}"``, ``.cuda(args.gpu)``) is
+        replaced by LOCAL_RANK's: say so."""
+        for sub in P._walk(node):
+            name = P.dotted_name(sub) if isinstance(sub, (cst.Name, cst.Attribute)) else ""
+            if name and not name.startswith("torch") and re.search(r"(?i)gpu|device|rank", name):
+                self.note(
+                    node,
+                    f"the GPU chosen by {name} is replaced by the GPU of LOCAL_RANK; "
+                    "choose the GPUs with CUDA_VISIBLE_DEVICES",
+                )
+                return
 
     # torch.cuda.set_device(0) -------------------------------------------------
     def leave_SimpleStatementLine(
@@ -196,9 +220,16 @@ class RankDevice(Transform):
             and self.is_call(body[0].value, N.CUDA_SET_DEVICE)
             and not m.matches(body[0].value.args[0].value if body[0].value.args else None, m.Name("local_rank"))
         ):
+            if body[0].value.args:
+                self.explicit_gpu_note(body[0].value.args[0].value)
             self.changed(original_node, "dropped torch.cuda.set_device(): the setup sets LOCAL_RANK's GPU")
             return cst.RemoveFromParent()
         return updated_node
+
+
+_GPU_OPTIONS = frozenset(
+    {"gpus", "gpu_ids", "gpu_id", "gpu", "device_ids", "devices", "gpu_list", "n_gpu", "ngpu", "num_gpus"}
+)
 
 
 def _commas(args):

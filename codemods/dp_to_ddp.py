@@ -252,6 +252,14 @@ class DataParallelToDDP(Transform):
             original_node,
             "the DDP wrap is taken out of the GPU-only condition: every process wraps (GPU or CPU)",
         )
+        if "state_dict" in self.module.code:
+            self.note(
+                original_node,
+                "the original wrapped only when it saw several GPUs, so its checkpoints from "
+                "CPU or 1-GPU runs have no 'module.' prefix; the converted script always "
+                "wraps, like a multi-GPU run (load old ones with "
+                "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present)",
+            )
         if not new_body and not else_body:
             return cst.FlattenSentinel([wrap.with_changes(leading_lines=[*lead, *wrap.leading_lines])])
         if not new_body:

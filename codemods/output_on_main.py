@@ -92,7 +92,7 @@ class OutputOnMainProcess(MainProcessGuard):
             a.keyword is not None and a.keyword.value == "disable" for a in original_node.args
         ) and self._region_ok(original_node):
             self.changed(original_node, "progress bar on the main process only")
-            test = cst.parse_expression(f"{self.dist()}.get_rank() != 0")
+            test = self.other_process_test()
             arg = cst.Arg(
                 keyword=cst.Name("disable"),
                 value=test,

@@ -50,7 +50,7 @@ def {name}(global_batch_size):
     DataParallel split each batch across the GPUs; DDP processes load their own,
     so the global batch is kept by dividing it by the number of processes.
     """
-    world_size = dist.get_world_size()
+    world_size = dist.get_world_size() if dist.is_initialized() else 1
     if global_batch_size % world_size:
         raise ValueError(
             f"batch size {{global_batch_size}} is not divisible by the {{world_size}} "
@@ -250,6 +250,11 @@ class DistributedSamplerTransform(Transform):
         if not sampler_placed:
             new_args = _append(new_args, _kwarg("sampler", sampler_code, like=new_args[-1]))
         self.changed(original, f"training DataLoader ({why}) gets a DistributedSampler")
+        self.note(
+            original,
+            "metrics computed over this loader during training (running loss, accuracy) "
+            "now cover each rank's shard; all_reduce their sums for global numbers",
+        )
         if per_process:
             self.note(
                 original,

@@ -120,16 +120,78 @@ class SaveOnMainProcess(MainProcessGuard):
         paths = {self._save_path(s) for s in run} - {None}
         if not paths & self._paths_loaded():
             return []
-        first = run[0]
-        if self._conditional(first):
-            self.manual(
-                first,
-                "other ranks read this checkpoint later: add dist.barrier() after the save "
-                "where every rank reaches it",
-            )
+        return self._barrier_after(run[0], "other ranks read the file later")
+
+    def _barrier_after(self, stmt: cst.BaseStatement, why: str) -> List[cst.BaseStatement]:
+        """A barrier after ``stmt`` -- or after the if/with/try that holds it, where
+        every rank gets -- so that no rank reads a file rank 0 is still writing."""
+        anchor = self._anchor(stmt)
+        barrier = cst.parse_statement(f"{self.dist()}.barrier()")
+        if anchor is None:
+            self.manual(stmt, f"{why}: add dist.barrier() after the save where every rank reaches it")
             return []
-        self.changed(first, "dist.barrier() after the save: other ranks read the file later")
-        return [cst.parse_statement(f"{self.dist()}.barrier()")]
+        self.changed(stmt, f"dist.barrier() after the save: {why}")
+        if anchor is stmt:
+            return [barrier]
+        self.insert_after(anchor, [barrier])
+        return []
+
+    def _anchor(self, stmt: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The statement holding ``stmt`` whose block every rank runs: the one
+        directly in a function body, the module, or a loop body."""
+        current = stmt
+        while True:
+            block = self.parent(current)
+            owner = self.parent(block) if block is not None else None
+            if isinstance(block, cst.Module) or isinstance(owner, (cst.FunctionDef, cst.For, cst.While)):
+                return current
+            if isinstance(owner, (cst.If, cst.With, cst.Try, cst.ExceptHandler, cst.Finally)):
+                current = owner
+                while isinstance(self.parent(current), (cst.If, cst.Try)) and not isinstance(
+                    self.parent(self.parent(current)), (cst.IndentedBlock, cst.Module)
+                ):
+                    current = self.parent(current)
+                continue
+            if isinstance(owner, cst.Else):
+                current = self.parent(owner)
+                continue
+            if owner is not None and isinstance(self.parent(owner), cst.If):  # elif chain
+                current = self.parent(owner)
+                continue
+            return None
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        """``save_checkpoint(...)`` of a function of this file that saves, followed by
+        a ``torch.load`` in the same function: the other ranks must wait for rank 0."""
+        call = single_call(node)
+        if call is None or self._saving_functions() is None:
+            return
+        name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
+        if name not in self._saving_functions() or P.under_main_process_check(self, node):
+            return
+        func = self.enclosing_function(node)
+        line = self.position(node)[0]
+        if any(self.position(load)[0] > line for load in self._loads_in(func or self.module)):
+            barrier = self._barrier_after(node, f"{name}() writes a file that is read below")
+            if barrier:
+                self.insert_after(node, barrier)
+
+    def _saving_functions(self) -> Set[str]:
+        if getattr(self, "_savers", None) is None:
+            savers: Set[str] = set()
+            outer = self
+
+            class Defs(cst.CSTVisitor):
+                def visit_FunctionDef(self, func: cst.FunctionDef) -> None:
+                    if any(outer.is_call(c, N.TORCH_SAVE) for c in _calls(func)):
+                        savers.add(func.name.value)
+
+            self.module.visit(Defs())
+            self._savers = savers
+        return self._savers
+
+    def _loads_in(self, scope: cst.CSTNode) -> List[cst.Call]:
+        return [c for c in _calls(scope) if self.is_call(c, N.TORCH_LOAD)]
 
     def _save_path(self, stmt: cst.BaseStatement) -> Optional[str]:
         call = single_call(stmt)
@@ -151,11 +213,14 @@ class SaveOnMainProcess(MainProcessGuard):
             self._loaded_paths = found
         return self._loaded_paths
 
-    def _conditional(self, stmt: cst.CSTNode) -> bool:
-        """Inside an if/while/try of its function: maybe not every rank gets here."""
-        for anc in self.ancestors(stmt):
-            if isinstance(anc, (cst.FunctionDef, cst.Module)):
-                return False
-            if isinstance(anc, (cst.If, cst.While, cst.Try, cst.With)):
-                return True
-        return False
+
+
+def _calls(node: cst.CSTNode) -> List[cst.Call]:
+    found: List[cst.Call] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    node.visit(Finder())
+    return found

@@ -339,6 +339,11 @@ def format_changed(original: cst.Module, new: cst.Module, line_length: int = 88)
         def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
             seen.add(original.code_for_node(node.with_changes(leading_lines=())))
 
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, _HEADERS):
+                seen.add(original.code_for_node(_header_only(node)))
+            return super().on_visit(node)
+
     original.visit(Collect())
     return new.visit(_Reformat(new, seen, line_length))
 
@@ -371,7 +376,7 @@ class _Reformat(cst.CSTTransformer):
             import black
 
             formatted = black.format_str(
-                code, mode=black.Mode(line_length=max(40, self.line_length - width))
+                code, mode=_black_mode(black, self.line_length - width)
             )
             body = cst.parse_module(formatted).body
         except Exception:
@@ -382,3 +387,52 @@ class _Reformat(cst.CSTTransformer):
         if len(body) == 1:
             return first
         return cst.FlattenSentinel([first, *body[1:]])
+
+    def on_leave(self, original_node, updated_node):
+        result = super().on_leave(original_node, updated_node)
+        if isinstance(result, _HEADERS):
+            result = self._reformat_header(result)
+        return result
+
+    def _reformat_header(self, node):
+        """A ``for``/``if``/``while``/``with`` header the transforms made too long."""
+        header = self.module.code_for_node(_header_only(node))
+        if header in self.seen:
+            return node
+        first_line = header.splitlines()[0] if header else ""
+        width = len("".join(self.indents).expandtabs(4))
+        if width + len(first_line) <= self.line_length:
+            return node
+        try:
+            import black
+
+            formatted = black.format_str(
+                header, mode=_black_mode(black, self.line_length - width)
+            )
+            new = cst.parse_module(formatted).body
+        except Exception:
+            return node
+        if len(new) != 1 or type(new[0]) is not type(node):
+            return node
+        changes = {"body": node.body, "leading_lines": node.leading_lines}
+        if hasattr(node, "orelse"):
+            changes["orelse"] = node.orelse
+        return new[0].with_changes(**changes)
+
+
+_HEADERS = (cst.For, cst.While, cst.If, cst.With)
+
+
+def _black_mode(black, width: int):
+    """Black for the oldest supported Python: no syntax the user's interpreter
+    might not have (parenthesized context managers, ...)."""
+    return black.Mode(line_length=max(40, width), target_versions={black.TargetVersion.PY38})
+
+
+def _header_only(node):
+    """The statement with its body reduced to ``pass`` (and no else)."""
+    body = cst.IndentedBlock(body=[cst.SimpleStatementLine([cst.Pass()])])
+    changes = {"body": body, "leading_lines": ()}
+    if hasattr(node, "orelse"):
+        changes["orelse"] = None
+    return node.with_changes(**changes)

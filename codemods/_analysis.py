@@ -1,0 +1,468 @@
+"""Fast analysis on the standard library's ``ast`` for the lint rules.
+
+LibCST keeps every byte of a file, which the rewrites need; the lint rules only
+need the shape of the code, and ``ast`` parses it about ten times faster.  This
+module gives them:
+
+* ``Source``: one parsed file (text, lines, tree, parent links, import map);
+* ``Source.qualname(node)``: ``torch.nn.DataParallel`` for ``nn.DataParallel``
+  after ``import torch.nn as nn``, ``DP`` after ``from torch.nn.parallel import
+  DataParallel as DP`` -- qualified names from the file's imports, never the
+  spelling of the text;
+* recognisers shared by the rules: rank checks, collectives, DDP wraps, loaders,
+  epoch loops.
+
+Nothing here imports LibCST or torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Dict, Iterable, Iterator, List, Optional, Set
+
+from . import _names as N
+
+# ------------------------------------------------------------------ the file
+class Source:
+    """A parsed file and the lookups the rules share (computed lazily)."""
+
+    def __init__(self, path: str, text: str, tree: Optional[ast.Module] = None) -> None:
+        self.path = path
+        self.text = text
+        self.lines = text.splitlines()
+        self.tree = tree if tree is not None else ast.parse(text, filename=path)
+        self._parents: Optional[Dict[ast.AST, ast.AST]] = None
+        self._aliases: Optional[Dict[str, str]] = None
+        self._calls: Optional[List[ast.Call]] = None
+
+    # -- structure ---------------------------------------------------------
+    @property
+    def parents(self) -> Dict[ast.AST, ast.AST]:
+        if self._parents is None:
+            parents: Dict[ast.AST, ast.AST] = {}
+            for node in ast.walk(self.tree):
+                for child in ast.iter_child_nodes(node):
+                    parents[child] = node
+            self._parents = parents
+        return self._parents
+
+    def parent(self, node: ast.AST) -> Optional[ast.AST]:
+        return self.parents.get(node)
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        current = self.parents.get(node)
+        while current is not None:
+            yield current
+            current = self.parents.get(current)
+
+    def function_of(self, node: ast.AST) -> Optional[ast.AST]:
+        for anc in self.ancestors(node):
+            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return anc
+        return None
+
+    @property
+    def calls(self) -> List[ast.Call]:
+        if self._calls is None:
+            self._calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
+        return self._calls
+
+    def segment(self, node: ast.AST) -> str:
+        return ast.get_source_segment(self.text, node) or ""
+
+    # -- names -------------------------------------------------------------
+    @property
+    def aliases(self) -> Dict[str, str]:
+        """Local name -> qualified name, from every import in the file."""
+        if self._aliases is None:
+            aliases: Dict[str, str] = {}
+            for node in ast.walk(self.tree):
+                if isinstance(node, ast.Import):
+                    for alias in node.names:
+                        if alias.asname:
+                            aliases[alias.asname] = alias.name
+                        else:
+                            head = alias.name.split(".")[0]
+                            aliases.setdefault(head, head)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    for alias in node.names:
+                        if alias.name != "*":
+                            aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            self._aliases = aliases
+        return self._aliases
+
+    def qualname(self, node: Optional[ast.AST]) -> str:
+        """Qualified name of a Name/Attribute chain ('' when it is not one)."""
+        parts: List[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return ""
+        head = self.aliases.get(node.id)
+        if head is None:
+            head = "builtins." + node.id if node.id in _BUILTINS else node.id
+        return ".".join([head, *reversed(parts)])
+
+    def is_call(self, node: ast.AST, names: Iterable[str]) -> bool:
+        return isinstance(node, ast.Call) and self.qualname(node.func) in names
+
+    def imports_module(self, prefix: str) -> bool:
+        return any(q == prefix or q.startswith(prefix + ".") for q in self.aliases.values())
+
+
+_BUILTINS = frozenset({"print", "open", "len", "isinstance", "range", "enumerate", "zip", "iter", "next"})
+
+
+def dotted(node: ast.AST) -> str:
+    """``a.b.c`` for a Name/Attribute chain as written, '' otherwise."""
+    parts: List[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return ""
+
+
+def last_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+def keyword(call: ast.Call, name: str) -> Optional[ast.AST]:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def argument(call: ast.Call, position: int, name: str) -> Optional[ast.AST]:
+    value = keyword(call, name)
+    if value is not None:
+        return value
+    positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+    return positional[position] if position < len(positional) else None
+
+
+def is_true(node: Optional[ast.AST]) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def is_false(node: Optional[ast.AST]) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+# ------------------------------------------------------------------ what kind of file
+def uses_distributed(src: Source) -> bool:
+    """The file is DDP code: it imports torch.distributed or the DDP wrapper."""
+    return any(
+        q.startswith("torch.distributed") or q in N.DDP or q in N.DISTRIBUTED_SAMPLER
+        for q in src.aliases.values()
+    ) or any(src.qualname(c.func) in N.DDP | N.INIT_PROCESS_GROUP for c in src.calls)
+
+
+def ddp_wrapped_names(src: Source) -> Set[str]:
+    """Names (``model``, ``self.model``) assigned a DistributedDataParallel."""
+    names = set()
+    for node in ast.walk(src.tree):
+        if isinstance(node, ast.Assign) and src.is_call(node.value, N.DDP):
+            for target in node.targets:
+                name = dotted(target)
+                if name:
+                    names.add(name)
+    return names
+
+
+# ------------------------------------------------------------------ ranks
+_RANK_WORD = re.compile(r"(?i)(^|_)(global_?|world_?|node_?)?rank$|^rank")
+_LOCAL_RANK_WORD = re.compile(r"(?i)local_?rank|gpu|device|local_?id")
+_MAIN_FUNC = re.compile(
+    r"(?i)^(is_)?(main_?process|master|main|primary|rank_?0|rank_?zero|leader|local_?master|"
+    r"local_?main_?process|world_?process_?zero|chief)(_process)?$"
+)
+_MAIN_VAR = re.compile(
+    r"(?i)^(is_)?(main|master|primary|rank_?0|rank_?zero|leader|chief)(_?proc(ess)?|_?rank|_?node)?$"
+)
+_RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "GROUP_RANK"})
+
+
+def _environ_key(src: Source, node: ast.AST) -> Optional[str]:
+    """'RANK' for ``os.environ["RANK"]`` / ``os.environ.get("RANK")`` / ``os.getenv("RANK")``."""
+    if isinstance(node, ast.Subscript) and src.qualname(node.value) == "os.environ":
+        key = node.slice
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            return key.value
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        func = src.qualname(node.func)
+        if func in ("os.environ.get", "os.getenv") and isinstance(node.args[0].value, str):
+            return node.args[0].value
+    return None
+
+
+def is_rank_expr(src: Source, node: ast.AST) -> bool:
+    """An expression that holds a rank: ``dist.get_rank()``, ``rank``,
+    ``args.local_rank``, ``int(os.environ["RANK"])``, ``args.rank % ngpus``."""
+    if isinstance(node, ast.Call):
+        name = src.qualname(node.func)
+        if name.startswith("torch.distributed.") and name.endswith(("get_rank", "get_node_local_rank")):
+            return True
+        if last_name(node.func) in ("get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank"):
+            return True
+        if name == "builtins.int" or last_name(node.func) == "int":
+            return bool(node.args) and is_rank_expr(src, node.args[0])
+        return _environ_key(src, node) in _RANK_ENV
+    if isinstance(node, ast.BinOp):
+        return is_rank_expr(src, node.left)
+    if isinstance(node, ast.Name):
+        return bool(_RANK_WORD.search(node.id))
+    if isinstance(node, ast.Attribute):
+        return bool(_RANK_WORD.search(node.attr))
+    if isinstance(node, ast.Subscript):
+        return _environ_key(src, node) in _RANK_ENV
+    return False
+
+
+def is_global_rank_expr(src: Source, node: ast.AST) -> bool:
+    """A rank that is global (``RANK``, ``dist.get_rank()``), not this node's local one."""
+    if isinstance(node, ast.Call):
+        name = src.qualname(node.func)
+        if name == "torch.distributed.get_rank":
+            return True
+        if last_name(node.func) == "int" and node.args:
+            return is_global_rank_expr(src, node.args[0])
+        return _environ_key(src, node) in ("RANK", "SLURM_PROCID")
+    if isinstance(node, ast.Subscript):
+        return _environ_key(src, node) in ("RANK", "SLURM_PROCID")
+    name = last_name(node)
+    return bool(name) and bool(re.fullmatch(r"(?i)(global_?)?rank|world_?rank", name))
+
+
+def is_main_process_check(src: Source, test: ast.AST) -> bool:
+    """True on the main process only.  Recognised forms (documented in the rules):
+    ``dist.get_rank() == 0``, ``rank == 0``, ``args.local_rank in [-1, 0]``,
+    ``args.rank % ngpus_per_node == 0``, ``not rank``, ``is_main_process()``,
+    ``is_master``, ``int(os.environ["RANK"]) == 0``, and ``and`` combinations."""
+    if isinstance(test, ast.BoolOp):
+        if isinstance(test.op, ast.And):
+            return any(is_main_process_check(src, v) for v in test.values)
+        # `not dist.is_initialized() or dist.get_rank() == 0`: a world of one, or rank 0
+        values = [v for v in test.values if not _not_initialized(v)]
+        return bool(values) and all(is_main_process_check(src, v) for v in values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return is_rank_expr(src, test.operand)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, op, right = test.left, test.ops[0], test.comparators[0]
+        if _is_zero(right) and isinstance(op, (ast.Eq, ast.LtE, ast.Lt)):
+            return is_rank_expr(src, left)
+        if _is_zero(left) and isinstance(op, ast.Eq):
+            return is_rank_expr(src, right)
+        if isinstance(op, ast.In) and isinstance(right, (ast.List, ast.Tuple, ast.Set)):
+            values = {_int_value(e) for e in right.elts}
+            return 0 in values and values <= {0, -1} and is_rank_expr(src, left)
+        return False
+    if isinstance(test, ast.Call):
+        return bool(_MAIN_FUNC.match(last_name(test.func)))
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        return bool(_MAIN_VAR.match(last_name(test)))
+    return False
+
+
+def _not_initialized(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.Not)
+        and isinstance(node.operand, ast.Call)
+        and last_name(node.operand.func) == "is_initialized"
+    )
+
+
+def is_rank_dependent(src: Source, test: ast.AST) -> bool:
+    """A condition whose value may differ between ranks because it asks for the rank."""
+    if is_main_process_check(src, test):
+        return True
+    for sub in ast.walk(test):
+        if isinstance(sub, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)) and is_rank_expr(src, sub):
+            return True
+    return False
+
+
+def _is_zero(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value == 0 and not isinstance(node.value, bool)
+
+
+def _int_value(node: ast.AST) -> Optional[int]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        return -node.operand.value if isinstance(node.operand.value, int) else None
+    return None
+
+
+def rank_branch(src: Source, node: ast.AST) -> Optional[ast.If]:
+    """The nearest ``if`` in the same function whose branch holding ``node`` runs
+    on some ranks only (its test asks for the rank)."""
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return None
+        if isinstance(anc, ast.If) and child is not anc.test and is_rank_dependent(src, anc.test):
+            return anc
+        if isinstance(anc, ast.IfExp) and child is not anc.test and is_rank_dependent(src, anc.test):
+            return anc  # type: ignore[return-value]
+        child = anc
+    return None
+
+
+def on_main_process_only(src: Source, node: ast.AST) -> bool:
+    """``node`` runs on the main process only: under ``if rank == 0:``, or after an
+    early ``if rank != 0: return`` in its function."""
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, ast.If) and child in anc.body and is_main_process_check(src, anc.test):
+            return True
+        if isinstance(anc, ast.If) and child in anc.orelse and _is_not_main_check(src, anc.test):
+            return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return _early_return_unless_main(src, anc, node)
+        child = anc
+    return False
+
+
+def _is_not_main_check(src: Source, test: ast.AST) -> bool:
+    """``rank != 0``, ``not is_main_process()``, ``local_rank not in [-1, 0]``."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return is_main_process_check(src, test.operand)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op = test.ops[0]
+        if isinstance(op, (ast.NotEq, ast.Gt)) and _is_zero(test.comparators[0]):
+            return is_rank_expr(src, test.left)
+        if isinstance(op, ast.NotIn):
+            flipped = ast.Compare(left=test.left, ops=[ast.In()], comparators=test.comparators)
+            return is_main_process_check(src, flipped)
+    return False
+
+
+def _early_return_unless_main(src: Source, func: ast.AST, node: ast.AST) -> bool:
+    line = getattr(node, "lineno", 0)
+    for stmt in func.body:  # type: ignore[attr-defined]
+        if getattr(stmt, "lineno", 0) >= line:
+            break
+        if (
+            isinstance(stmt, ast.If)
+            and _is_not_main_check(src, stmt.test)
+            and stmt.body
+            and isinstance(stmt.body[-1], (ast.Return, ast.Raise))
+        ):
+            return True
+    return False
+
+
+# ------------------------------------------------------------------ collectives
+def is_collective(src: Source, call: ast.Call) -> bool:
+    name = src.qualname(call.func)
+    if name in N.COLLECTIVES:
+        return True
+    # dist.barrier() through an unusual alias, e.g. `from torch import distributed`
+    return name.startswith("torch.distributed.") and name.rsplit(".", 1)[-1] in _COLLECTIVE_NAMES
+
+
+_COLLECTIVE_NAMES = frozenset(n.rsplit(".", 1)[-1] for n in N.COLLECTIVES)
+
+
+# ------------------------------------------------------------------ loaders
+_EVAL_WORD = re.compile(
+    r"(?i)(^|_|\b)(val|valid|validation|test|eval|evaluation|dev|holdout)(_|\b|$|\d|s|set|data|loader)"
+)
+_TRAIN_WORD = re.compile(r"(?i)train")
+
+
+def is_eval_name(name: str) -> bool:
+    return bool(_EVAL_WORD.search(name)) and not _TRAIN_WORD.search(name)
+
+
+def is_train_name(name: str) -> bool:
+    return bool(_TRAIN_WORD.search(name)) and not _EVAL_WORD.search(name.replace("train", ""))
+
+
+def assigned_name(src: Source, node: ast.AST) -> str:
+    parent = src.parent(node)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        return dotted(parent.targets[0])
+    if isinstance(parent, ast.AnnAssign):
+        return dotted(parent.target)
+    if isinstance(parent, ast.Tuple):
+        assign = src.parent(parent)
+        if isinstance(assign, ast.Assign) and len(assign.targets) == 1:
+            target = assign.targets[0]
+            if isinstance(target, ast.Tuple) and len(target.elts) == len(parent.elts):
+                return dotted(target.elts[parent.elts.index(node)])
+    if isinstance(parent, ast.keyword) and parent.arg:
+        return parent.arg
+    return ""
+
+
+def classify_loader(src: Source, call: ast.Call) -> str:
+    """'train', 'eval' or 'unknown' for a DataLoader(...) call, from its names
+    (variable, dataset, function), ``shuffle=True`` and ``train=``/``split=``."""
+    target = assigned_name(src, call)
+    if target and is_eval_name(target.rsplit(".", 1)[-1]):
+        return "eval"
+    if target and is_train_name(target.rsplit(".", 1)[-1]):
+        return "train"
+    names = [target]
+    dataset = argument(call, 0, "dataset")
+    if dataset is not None:
+        names.append(dotted(dataset))
+        if isinstance(dataset, ast.Call):
+            names.append(dotted(dataset.func))
+            for kw in dataset.keywords:
+                if kw.arg in ("train", "split", "mode", "subset") and isinstance(kw.value, ast.Constant):
+                    value = kw.value.value
+                    names.append("train" if value is True else "test" if value is False else str(value))
+    func = src.function_of(call)
+    if func is not None and not target and hasattr(func, "name"):
+        names.append(func.name)  # type: ignore[attr-defined]
+    names = [n for n in names if n]
+    train = [n for n in names if is_train_name(n)]
+    evals = [n for n in names if is_eval_name(n)]
+    if train and not evals:
+        return "train"
+    if evals and not train:
+        return "eval"
+    if is_true(argument(call, 2, "shuffle")) and not evals:
+        return "train"
+    return "unknown"
+
+
+def iterated(node: ast.AST) -> Iterator[ast.AST]:
+    """What a ``for`` iterates: ``loader`` in ``enumerate(tqdm(loader))``."""
+    if isinstance(node, ast.Call):
+        if last_name(node.func) in ("enumerate", "tqdm", "iter", "zip", "islice", "track"):
+            count = len(node.args) if last_name(node.func) == "zip" else 1
+            for arg in node.args[:count]:
+                yield from iterated(arg)
+    elif isinstance(node, (ast.Name, ast.Attribute)):
+        yield node
+
+
+def calls_method(node: ast.AST, method: str) -> bool:
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == method
+        for n in ast.walk(node)
+    )
+
+
+_EPOCH = re.compile(r"(?i)^(epoch|ep|epoch_?(idx|id|num|i|no)|cur_?epoch|current_?epoch|i_?epoch)$")
+
+
+def is_epoch_loop(node: ast.AST) -> bool:
+    if not isinstance(node, (ast.For, ast.AsyncFor)) or not isinstance(node.target, ast.Name):
+        return False
+    if _EPOCH.match(node.target.id):
+        return True
+    return isinstance(node.iter, ast.Call) and last_name(node.iter.func) in ("range", "trange")

@@ -1,0 +1,91 @@
+"""DDP203 accumulation-without-no-sync."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from .._analysis import Source, calls_method, dotted, uses_distributed
+from ._base import Diagnostic, Rule
+
+
+class AccumulationWithoutNoSync(Rule):
+    """
+    ## What it does
+    In DDP code, reports a gradient-accumulation loop -- `backward()` on every
+    iteration, `optimizer.step()` only under a condition -- that never enters
+    `model.no_sync()`.
+
+    ## Why is this bad?
+    Every `backward()` of a DDP model all-reduces the gradients across the
+    processes. With accumulation only the last micro-step before the optimizer
+    step needs it; the others waste communication (often most of the step time
+    on several machines). The result is the same either way.
+
+    ## Example
+    ```python
+    for i, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y) / accum
+        loss.backward()
+        if (i + 1) % accum == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    ```
+
+    ## Use instead
+    ```python
+    for i, (x, y) in enumerate(loader):
+        sync = (i + 1) % accum == 0
+        with contextlib.nullcontext() if sync else model.no_sync():
+            loss = criterion(model(x), y) / accum
+            loss.backward()
+        if sync:
+            optimizer.step()
+            optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    Safe: the averaged gradients are the same; only the communication changes.
+    """
+
+    CODE = "DDP203"
+    NAME = "accumulation-without-no-sync"
+    SEVERITY = "warning"
+    MESSAGE = "gradient accumulation without model.no_sync(): every micro-step all-reduces the gradients"
+    FIX = "safe"
+    FIX_TRANSFORMS = ("no-sync-accumulation",)
+    FIX_DESCRIPTION = "run the non-final micro-steps inside model.no_sync()"
+    TRIGGERS = ("backward",)
+
+    def check(self, src: Source) -> Iterator[Diagnostic]:
+        if not uses_distributed(src):
+            return
+        for loop in ast.walk(src.tree):
+            if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+                continue
+            if calls_method(loop, "no_sync"):
+                continue
+            body = loop.body
+            backward = next((i for i, s in enumerate(body) if _is_backward(s)), None)
+            if backward is None:
+                continue
+            if any(isinstance(s, ast.If) and _steps(s) for s in body[backward + 1 :]):
+                yield self.diagnostic(src, body[backward])
+
+
+def _is_backward(stmt: ast.stmt) -> bool:
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and isinstance(stmt.value.func, ast.Attribute)
+        and stmt.value.func.attr == "backward"
+    )
+
+
+def _steps(node: ast.If) -> bool:
+    for sub in ast.walk(ast.Module(body=node.body, type_ignores=[])):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "step":
+            owner = dotted(sub.func.value).lower()
+            if "opt" in owner or "scaler" in owner:
+                return True
+    return False

@@ -1,0 +1,71 @@
+"""DDP001 data-parallel."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from .. import _names as N
+from .._analysis import Source
+from ._base import Diagnostic, Rule
+
+
+class DataParallelInUse(Rule):
+    """
+    ## What it does
+    Finds `torch.nn.DataParallel` in every spelling (`nn.DataParallel`,
+    `nn.parallel.DataParallel`, `from torch.nn.parallel import DataParallel as DP`),
+    resolved through the file's imports; a project's own class named
+    `DataParallel` is not torch's and is not reported. Subclasses of it and the
+    functional `torch.nn.parallel.data_parallel` are reported too.
+
+    ## Why is this bad?
+    DataParallel is one process driving every GPU from threads: the model is
+    replicated and the outputs gathered on GPU 0 at every step, and the Python
+    GIL serialises the work, so it scales poorly and GPU 0 runs out of memory
+    first. PyTorch recommends DistributedDataParallel even on a single machine.
+
+    ## Example
+    ```python
+    model = nn.DataParallel(model).cuda()
+    ```
+
+    ## Use instead
+    ```python
+    model = DistributedDataParallel(model.to(device), device_ids=[local_rank])
+    ```
+    launched with `torchrun --nproc_per_node=N`. `dp2ddp convert` does the whole
+    migration (process group, sampler, checkpoints, logging).
+
+    ## Fix safety
+    Safe: the fix is the `dp2ddp convert` migration, which keeps the training
+    math (the global batch is split across the processes) and keeps the script
+    runnable with plain `python` as a world of one. Spots it cannot convert are
+    left as they are and reported.
+    """
+
+    CODE = "DDP001"
+    NAME = "data-parallel"
+    SEVERITY = "error"
+    MESSAGE = "DataParallel in use: migrate to DistributedDataParallel (`dp2ddp convert`)"
+    FIX = "safe"
+    FIX_TRANSFORMS = ("*",)
+    FIX_DESCRIPTION = "convert the program to DistributedDataParallel"
+    TRIGGERS = ("DataParallel", "data_parallel")
+
+    def check(self, src: Source) -> Iterator[Diagnostic]:
+        for node in ast.walk(src.tree):
+            if isinstance(node, ast.Call):
+                name = src.qualname(node.func)
+                if name in N.DATA_PARALLEL:
+                    yield self.diagnostic(src, node)
+                elif name in N.DATA_PARALLEL_FUNCTION:
+                    yield self.diagnostic(
+                        src, node, "functional data_parallel() in use: call a DDP-wrapped module instead"
+                    )
+            elif isinstance(node, ast.ClassDef):
+                for base in node.bases:
+                    if src.qualname(base) in N.DATA_PARALLEL:
+                        yield self.diagnostic(
+                            src, node, f"class {node.name} subclasses DataParallel: port it to DDP"
+                        )

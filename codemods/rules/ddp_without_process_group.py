@@ -1,0 +1,78 @@
+"""DDP002 ddp-without-process-group."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator
+
+from .. import _names as N
+from .._analysis import Source, is_collective
+from ._base import Diagnostic, Rule
+
+_SETUP_HELPER = re.compile(r"(?i)(init|setup|set_up|launch).*(dist|ddp|process_group|parallel)|(dist|ddp).*(init|setup)")
+
+
+class DDPWithoutProcessGroup(Rule):
+    """
+    ## What it does
+    In a script that runs as an entry point (it has an `if __name__ == "__main__":`
+    block or trains at module level), reports DistributedDataParallel or a
+    collective (`barrier`, `all_reduce`, ...) when the file never calls
+    `torch.distributed.init_process_group` and calls no set-up helper whose name
+    says so (`init_distributed()`, `setup_ddp()`, ...). Library modules are not
+    checked: their caller sets the process group up.
+
+    ## Why is this bad?
+    Every DDP process must join the process group before the first collective;
+    DDP's constructor is one (it broadcasts rank 0's weights). Without it the
+    script fails with "Default process group has not been initialized".
+
+    ## Example
+    ```python
+    model = DistributedDataParallel(model, device_ids=[local_rank])
+    ```
+
+    ## Use instead
+    ```python
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    model = DistributedDataParallel(model, device_ids=[local_rank])
+    ```
+
+    ## Fix safety
+    No automatic fix: where the set-up belongs depends on the program.
+    """
+
+    CODE = "DDP002"
+    NAME = "ddp-without-process-group"
+    SEVERITY = "error"
+    MESSAGE = "DistributedDataParallel/collective used but the process group is never initialised: call dist.init_process_group() first"
+    TRIGGERS = ("DistributedDataParallel", "barrier", "all_reduce", "broadcast", "all_gather", "reduce")
+
+    def check(self, src: Source) -> Iterator[Diagnostic]:
+        if not _is_entry(src):
+            return
+        first = None
+        for call in src.calls:
+            name = src.qualname(call.func)
+            if name in N.INIT_PROCESS_GROUP or name in N.SPAWN:
+                return
+            if _SETUP_HELPER.search(name.rsplit(".", 1)[-1]):
+                return
+            if first is None and (name in N.DDP or is_collective(src, call)):
+                first = call
+        if first is not None:
+            yield self.diagnostic(src, first)
+
+
+def _is_entry(src: Source) -> bool:
+    for stmt in src.tree.body:
+        if isinstance(stmt, ast.If) and "__main__" in src.segment(stmt.test) and "__name__" in src.segment(stmt.test):
+            return True
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "backward"
+        and src.function_of(node) is None
+        for node in src.calls
+    )

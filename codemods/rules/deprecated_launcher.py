@@ -1,0 +1,66 @@
+"""DDP006 deprecated-launcher."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from .._analysis import Source
+from ._base import Diagnostic, Rule
+
+
+class DeprecatedLauncher(Rule):
+    """
+    ## What it does
+    Reports a `--local_rank` / `--local-rank` command-line argument and the
+    `torch.distributed.launch` launcher named in code (e.g. in a command built
+    by a script).
+
+    ## Why is this bad?
+    `python -m torch.distributed.launch` is the deprecated predecessor of
+    `torchrun` (not an alias of it); it passed `--local_rank` on the command
+    line. `torchrun` (and `python -m torch.distributed.run`, its alias) set the
+    `LOCAL_RANK` environment variable instead, so the argument stays at its
+    default and every process uses the same GPU.
+
+    ## Example
+    ```python
+    parser.add_argument("--local_rank", type=int, default=0)
+    torch.cuda.set_device(args.local_rank)
+    ```
+
+    ## Use instead
+    ```python
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    ```
+    and launch with `torchrun --nproc_per_node=N script.py`.
+
+    ## Fix safety
+    No automatic fix.
+    """
+
+    CODE = "DDP006"
+    NAME = "deprecated-launcher"
+    SEVERITY = "warning"
+    MESSAGE = "--local_rank comes from the deprecated torch.distributed.launch: read LOCAL_RANK from the environment (torchrun sets it)"
+    TRIGGERS = ("local_rank", "local-rank", "distributed.launch")
+
+    def check(self, src: Source) -> Iterator[Diagnostic]:
+        for call in src.calls:
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument":
+                for arg in call.args:
+                    if isinstance(arg, ast.Constant) and arg.value in ("--local_rank", "--local-rank"):
+                        yield self.diagnostic(src, call)
+                        break
+        for node in ast.walk(src.tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "torch.distributed.launch" in node.value:
+                if not isinstance(src.parent(node), ast.Expr):  # not a docstring
+                    yield self.diagnostic(
+                        src, node, "torch.distributed.launch is deprecated: launch with torchrun"
+                    )
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names]
+                module = getattr(node, "module", None) or ""
+                if "torch.distributed.launch" in names or module == "torch.distributed.launch":
+                    yield self.diagnostic(src, node, "torch.distributed.launch is deprecated: use torch.distributed.run (torchrun)")

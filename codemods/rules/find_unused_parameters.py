@@ -1,0 +1,50 @@
+"""DDP204 find-unused-parameters."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .. import _names as N
+from .._analysis import Source, is_true, keyword
+from ._base import Diagnostic, Rule
+
+
+class FindUnusedParameters(Rule):
+    """
+    ## What it does
+    Reports `DistributedDataParallel(..., find_unused_parameters=True)`.
+
+    ## Why is this bad?
+    With it DDP walks the autograd graph after every forward to find the
+    parameters that got no gradient: a cost on every step, needed only when some
+    parameters really are unused in some steps. Scripts often keep it from a
+    copied example or to silence an error once.
+
+    ## Example
+    ```python
+    model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
+    ```
+
+    ## Use instead
+    ```python
+    model = DDP(model, device_ids=[local_rank])
+    ```
+    or, if the set of used parameters never changes, `static_graph=True`; freeze
+    parameters that are never used (`requires_grad_(False)`).
+
+    ## Fix safety
+    No automatic fix: only the author knows whether parameters go unused.
+    """
+
+    CODE = "DDP204"
+    NAME = "find-unused-parameters"
+    SEVERITY = "warning"
+    MESSAGE = "find_unused_parameters=True walks the graph every step: drop it, or use static_graph=True / freeze unused parameters"
+    TRIGGERS = ("find_unused_parameters",)
+
+    def check(self, src: Source) -> Iterator[Diagnostic]:
+        for call in src.calls:
+            if src.qualname(call.func) in N.DDP:
+                value = keyword(call, "find_unused_parameters")
+                if is_true(value):
+                    yield self.diagnostic(src, value)

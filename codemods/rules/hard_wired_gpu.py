@@ -1,0 +1,72 @@
+"""DDP005 hard-wired-gpu."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator
+
+from .._analysis import Source, keyword, last_name, uses_distributed
+from ._base import Diagnostic, Rule
+
+_CUDA_INDEX = re.compile(r"^cuda:\d+$")
+
+
+class HardWiredGPU(Rule):
+    """
+    ## What it does
+    In DDP code, reports a GPU chosen by a literal index: `"cuda:0"`,
+    `torch.device("cuda", 1)`, `.cuda(0)`, `device_ids=[0, 1, 2, 3]`,
+    `map_location="cuda:0"`.
+
+    ## Why is this bad?
+    Every DDP process runs the same line, so they all pick the same GPU: N
+    processes on GPU 0, the others idle, out-of-memory errors. Each process must
+    use the GPU of its `LOCAL_RANK`.
+
+    ## Example
+    ```python
+    model = DDP(model.to("cuda:0"), device_ids=[0])
+    ```
+
+    ## Use instead
+    ```python
+    device = torch.device(f"cuda:{local_rank}")
+    model = DDP(model.to(device), device_ids=[local_rank])
+    ```
+
+    ## Fix safety
+    No automatic fix in lint (`dp2ddp convert` rewrites DataParallel and
+    single-GPU scripts to the per-rank device).
+    """
+
+    CODE = "DDP005"
+    NAME = "hard-wired-gpu"
+    SEVERITY = "warning"
+    MESSAGE = "GPU chosen by a literal index: every process lands on the same GPU; use the device of LOCAL_RANK"
+    TRIGGERS = ("cuda",)
+
+    def check(self, src: Source) -> Iterator[Diagnostic]:
+        if not uses_distributed(src):
+            return
+        for call in src.calls:
+            name = src.qualname(call.func)
+            if last_name(call.func) == "cuda" and not name.startswith("torch.cuda") and call.args:
+                if _int_literal(call.args[0]):
+                    yield self.diagnostic(src, call)
+                    continue
+            if name == "torch.device" and len(call.args) == 2 and _int_literal(call.args[1]):
+                yield self.diagnostic(src, call)
+                continue
+            ids = keyword(call, "device_ids")
+            if isinstance(ids, (ast.List, ast.Tuple)) and ids.elts and all(_int_literal(e) for e in ids.elts):
+                yield self.diagnostic(src, ids)
+            args = list(call.args[:1]) if last_name(call.func) in ("to", "device") else []
+            args += [kw.value for kw in call.keywords if kw.arg in ("device", "map_location")]
+            for arg in args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and _CUDA_INDEX.match(arg.value):
+                    yield self.diagnostic(src, arg)
+
+
+def _int_literal(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool)

@@ -1,0 +1,242 @@
+"""The lint engine: pure functions from sources to diagnostics (and fixed sources).
+
+Per file:
+
+1. decode (PEP 263 cookie, BOM); a file that is not text is one DDP900 finding;
+2. prefilter: the selected rules' ``TRIGGERS`` -- a file that contains none of
+   them cannot produce a finding and is never parsed;
+3. ``ast.parse`` (a syntax error is one DDP900 finding at its line);
+4. run the selected rules; drop what ``# noqa`` and per-file ignores suppress;
+   report ``# noqa`` comments that suppress nothing (DDP901).
+
+Fixes are the convert transforms (LibCST), built only for files with fixable
+findings: DDP001's fix is the whole conversion of the program (so ``lint --fix``
+gives the same code as ``convert --write``); the others run their transforms
+on their file.
+
+Nothing here imports LibCST, black or torch until a fix is asked for.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import PurePath
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from dp2ddp.codemods._analysis import Source
+from dp2ddp.codemods.rules import BY_CODE, RULES, Diagnostic, Rule
+from dp2ddp.config import LintConfig, matches
+
+SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9_]+(?:[\s,]+[A-Za-z0-9_]+)*))?", re.IGNORECASE)
+_OUR_CODE = re.compile(r"^DDP\d+$")
+
+
+@dataclass
+class LintResult:
+    diagnostics: List[Diagnostic] = field(default_factory=list)
+    files: int = 0
+    parsed: int = 0
+
+
+def selected_rules(config: LintConfig) -> List[Rule]:
+    rules = []
+    for rule_cls in RULES:
+        if config.select and not matches(rule_cls.CODE, config.select):
+            continue
+        if matches(rule_cls.CODE, config.ignore):
+            continue
+        rules.append(rule_cls())
+    return rules
+
+
+def _trigger_pattern(rules: Sequence[Rule]) -> Optional[re.Pattern]:
+    words = sorted({w for r in rules for w in r.TRIGGERS})
+    if any(not r.TRIGGERS for r in rules if r.CODE not in ("DDP900", "DDP901")):
+        return None  # a rule without triggers must see every file
+    return re.compile("|".join(re.escape(w) for w in words)) if words else None
+
+
+def decode(data: bytes) -> str:
+    """Text of a Python file, honouring its coding cookie and BOM."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
+
+
+def lint_source(
+    path: str,
+    data: bytes,
+    rules: Sequence[Rule],
+    config: LintConfig = LintConfig(),
+    trigger: Optional[re.Pattern] = None,
+    use_trigger: bool = True,
+) -> Tuple[List[Diagnostic], bool]:
+    """Diagnostics of one file, and whether it had to be parsed."""
+    codes = {r.CODE for r in rules}
+    try:
+        text = decode(data)
+    except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
+        return _syntax(path, 1, 1, f"cannot decode the file: {exc}", codes), False
+    if "\x00" in text:
+        return _syntax(path, 1, 1, "not a Python source file (NUL bytes)", codes), False
+    candidates = [r for r in rules if r.CODE not in ("DDP900", "DDP901")]
+    wants_noqa = "DDP901" in codes and "noqa" in text
+    if use_trigger and trigger is not None and not trigger.search(text) and not wants_noqa:
+        return [], False
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        col = exc.offset or 1
+        return _syntax(path, line, col, f"cannot parse: {exc.msg}", codes), True
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return _syntax(path, 1, 1, f"cannot parse: {exc}", codes), True
+    src = Source(path, text, tree)
+    found: List[Diagnostic] = []
+    seen: Set[Tuple] = set()
+    for rule in candidates:
+        for diagnostic in rule.check(src):
+            key = (diagnostic.code, diagnostic.line, diagnostic.column)
+            if key not in seen:
+                seen.add(key)
+                found.append(diagnostic)
+    found = [d for d in found if not _file_ignored(path, d.code, config)]
+    if "noqa" in text:
+        found = _apply_noqa(src, found, report_unused="DDP901" in codes and not _file_ignored(path, "DDP901", config))
+    return sorted(found, key=lambda d: d.sort_key), True
+
+
+def _syntax(path: str, line: int, col: int, message: str, codes: Set[str]) -> List[Diagnostic]:
+    if "DDP900" not in codes:
+        return []
+    rule = BY_CODE["DDP900"]
+    return [
+        Diagnostic(path, line, col, line, col, rule.CODE, rule.NAME, rule.SEVERITY, message)
+    ]
+
+
+def _file_ignored(path: str, code: str, config: LintConfig) -> bool:
+    if not config.per_file_ignores:
+        return False
+    rel = _relative(path, config)
+    for pattern, codes in config.per_file_ignores:
+        if (fnmatch(rel, pattern) or fnmatch(PurePath(rel).name, pattern)) and matches(code, codes):
+            return True
+    return False
+
+
+def _relative(path: str, config: LintConfig) -> str:
+    from pathlib import Path
+
+    if config.root is None:
+        return PurePath(path).as_posix()
+    try:
+        return Path(path).resolve().relative_to(config.root.resolve()).as_posix()
+    except ValueError:
+        return PurePath(path).as_posix()
+
+
+def _noqa_comments(src: Source) -> Dict[int, Tuple[Optional[Set[str]], int]]:
+    """line -> (codes or None for a bare noqa, column), from real comments only."""
+    comments: Dict[int, Tuple[Optional[Set[str]], int]] = {}
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(src.text).readline)
+        for token in tokens:
+            if token.type != tokenize.COMMENT:
+                continue
+            match = _NOQA.search(token.string)
+            if match is None:
+                continue
+            codes = match.group("codes")
+            parsed = {c.upper() for c in re.split(r"[\s,]+", codes) if c} if codes else None
+            comments[token.start[0]] = (parsed, token.start[1] + match.start() + 1)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return comments
+
+
+def _apply_noqa(src: Source, found: List[Diagnostic], report_unused: bool) -> List[Diagnostic]:
+    comments = _noqa_comments(src)
+    if not comments:
+        return found
+    used: Dict[int, Set[str]] = {}
+    kept = []
+    for diagnostic in found:
+        entry = comments.get(diagnostic.line)
+        if entry is not None and (entry[0] is None or diagnostic.code in entry[0]):
+            used.setdefault(diagnostic.line, set()).add(diagnostic.code)
+            continue
+        kept.append(diagnostic)
+    if report_unused:
+        rule = BY_CODE["DDP901"]
+        for line, (codes, column) in sorted(comments.items()):
+            if codes is None:
+                unused = set() if used.get(line) else {"*"}
+            else:
+                unused = {c for c in codes if _OUR_CODE.match(c)} - used.get(line, set())
+            if unused and not (line in used and codes is None):
+                what = "noqa" if "*" in unused else f"noqa: {', '.join(sorted(unused))}"
+                kept.append(
+                    Diagnostic(
+                        src.path, line, column, line, column, rule.CODE, rule.NAME, rule.SEVERITY,
+                        f"unused {what}: nothing is suppressed here",
+                    )
+                )
+    return kept
+
+
+def lint_sources(
+    sources: Mapping[str, bytes], config: LintConfig = LintConfig(), use_trigger: bool = True
+) -> LintResult:
+    rules = selected_rules(config)
+    trigger = _trigger_pattern(rules)
+    result = LintResult()
+    for path, data in sources.items():
+        diagnostics, parsed = lint_source(path, data, rules, config, trigger, use_trigger)
+        result.files += 1
+        result.parsed += int(parsed)
+        result.diagnostics.extend(diagnostics)
+    result.diagnostics.sort(key=lambda d: d.sort_key)
+    return result
+
+
+def failing(diagnostics: Iterable[Diagnostic], fail_on: str) -> List[Diagnostic]:
+    threshold = SEVERITY_RANK[fail_on]
+    return [d for d in diagnostics if SEVERITY_RANK[d.severity] >= threshold]
+
+
+# ------------------------------------------------------------------ fixes
+def fixable(diagnostic: Diagnostic, unsafe: bool) -> bool:
+    rule = BY_CODE.get(diagnostic.code)
+    if rule is None or rule.FIX is None:
+        return False
+    return rule.FIX == "safe" or unsafe
+
+
+def fix_sources(
+    sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic], unsafe: bool
+) -> Dict[str, "object"]:
+    """Fixed bytes for the files whose findings can be fixed: {path: FileResult}."""
+    from dp2ddp.engine import apply_transforms, convert_sources
+
+    wanted: Dict[str, Set[str]] = {}
+    for diagnostic in diagnostics:
+        if fixable(diagnostic, unsafe):
+            wanted.setdefault(diagnostic.path, set()).update(BY_CODE[diagnostic.code].FIX_TRANSFORMS)
+    results: Dict[str, object] = {}
+    if any("*" in names for names in wanted.values()):
+        # DDP001: the fix is the conversion of the whole program
+        converted = convert_sources(dict(sources))
+        for file in converted.files:
+            if file.changed or file.error:
+                results[file.path] = file
+    for path, names in wanted.items():
+        if path in results or "*" in names:
+            continue
+        results[path] = apply_transforms(path, sources[path], names)
+    return results
