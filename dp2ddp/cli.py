@@ -125,6 +125,137 @@ def convert(
     sys.exit(report.exit_code(result, mode, run.write_errors))
 
 
+def _codes(values) -> tuple:
+    out = []
+    for value in values:
+        out += [v.strip().upper() for v in value.split(",") if v.strip()]
+    return tuple(out)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text",
+    show_default=True, help="Output format.",
+)
+@click.option("--select", multiple=True, metavar="CODES", help="Only these codes or prefixes (comma-separated).")
+@click.option("--ignore", multiple=True, metavar="CODES", help="Skip these codes or prefixes (comma-separated).")
+@click.option(
+    "--fail-on", type=click.Choice(["error", "warning", "info"]), default=None,
+    help="Lowest severity that fails the run (default: warning, or fail-on in pyproject.toml).",
+)
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
+@click.option("--fix", is_flag=True, help="Apply safe fixes.")
+@click.option("--unsafe-fixes", is_flag=True, help="With --fix, apply unsafe fixes too.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="pyproject.toml to use.")
+@click.option("--no-config", is_flag=True, help="Ignore pyproject.toml.")
+@click.option("--exclude", multiple=True, metavar="PATTERN", help="gitignore-style pattern of paths to skip.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@_internal_errors
+def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, config_path, no_config, exclude, quiet):
+    """Report DataParallel usage and DDP pitfalls in PATHS (default: .).
+
+    Text output is `path:line:col: CODE message`; a `[*]` marks findings that
+    --fix can fix. Exit 0: nothing at or above the failing severity; 1: findings;
+    2: usage or configuration error; 123: internal error.
+    """
+    import dataclasses
+
+    from dp2ddp import formats
+    from dp2ddp.codemods.rules import RULES
+    from dp2ddp.config import ConfigError, check_selectors, find_pyproject, load_config
+    from dp2ddp.lint import LintInternalError, failing, fix_edits, fixable, lint_sources
+    from dp2ddp.runner import ConvertRun, LintRun
+
+    paths = list(paths) or [Path(".")]
+    known = [r.CODE for r in RULES]
+    try:
+        source = None if no_config else (config_path or find_pyproject(paths))
+        config = load_config(source)
+        overrides = {}
+        if select:  # the command line's selection replaces the file's
+            overrides["select"] = _codes(select)
+            overrides["ignore"] = _codes(ignore)
+        elif ignore:
+            overrides["ignore"] = config.ignore + _codes(ignore)
+        if fail_on:
+            overrides["fail_on"] = fail_on
+        config = dataclasses.replace(config, **overrides)
+        check_selectors(config.select, known, "select")
+        check_selectors(config.ignore, known, "ignore")
+        for _, codes in config.per_file_ignores:
+            check_selectors(codes, known, "per-file-ignores")
+    except ConfigError as exc:
+        raise click.UsageError(str(exc))
+    run = LintRun(paths, config, extra_exclude=exclude)
+    try:
+        sources = run.read()
+    except ConvertRun.UsageError as exc:
+        raise click.UsageError(str(exc))
+    try:
+        result = lint_sources(sources, config)
+        fixed_paths: List[str] = []
+        if fix:
+            fixed_paths = run.fix(sources, result.diagnostics, unsafe_fixes)
+            if fixed_paths:
+                result = lint_sources(sources, config)
+    except LintInternalError as exc:
+        click.echo(f"dp2ddp: internal error: {exc}\nThis is a bug in dp2ddp, please report it.", err=True)
+        sys.exit(EXIT_INTERNAL)
+    diagnostics = result.diagnostics
+    if fmt in ("json", "sarif"):
+        fix_edits(sources, diagnostics)
+    safe_codes = sorted({d.code for d in diagnostics if fixable(d, False)})
+    if fmt == "text":
+        out = formats.text(diagnostics, safe_codes)
+        if not quiet:
+            safe = sum(1 for d in diagnostics if fixable(d, False))
+            unsafe = sum(1 for d in diagnostics if fixable(d, True)) - safe
+            if fixed_paths:
+                out += f"Fixed {len(fixed_paths)} file{'s' if len(fixed_paths) != 1 else ''}.\n"
+            out += formats.summary(diagnostics, safe, unsafe, result.files) + "\n"
+        click.echo(out, nl=False)
+    elif fmt == "json":
+        click.echo(formats.to_json(diagnostics), nl=False)
+    elif fmt == "sarif":
+        click.echo(formats.sarif(diagnostics), nl=False)
+    else:
+        click.echo(formats.github(diagnostics), nl=False)
+    for error in run.write_errors:
+        click.echo(f"error: {error}", err=True)
+    for error in run.internal_errors:
+        click.echo(f"dp2ddp: internal error: {error}", err=True)
+    if run.internal_errors:
+        sys.exit(EXIT_INTERNAL)
+    if exit_zero:
+        sys.exit(EXIT_OK)
+    bad = failing(diagnostics, config.fail_on)
+    sys.exit(EXIT_FINDINGS if bad or run.write_errors else EXIT_OK)
+
+
+@cli.command()
+@click.argument("code", required=False)
+@click.option("--all", "show_all", is_flag=True, help="List every rule.")
+@click.option("--markdown", is_flag=True, help="Print docs/rules.md (all rules, generated).")
+def rule(code, show_all, markdown):
+    """Explain a lint rule: what it does, why it is bad, what to do instead."""
+    from dp2ddp import rule_docs
+    from dp2ddp.codemods.rules import BY_CODE, RULES
+
+    if markdown:
+        click.echo(rule_docs.markdown(), nl=False)
+        return
+    if show_all or not code:
+        for r in RULES:
+            fix = f"fix: {r.FIX}" if r.FIX else "no fix"
+            click.echo(f"{r.CODE}  {r.NAME:<36} {r.SEVERITY:<8} {fix}")
+        return
+    r = BY_CODE.get(code.upper())
+    if r is None:
+        raise click.UsageError(f"unknown rule {code!r} (see `dp2ddp rule --all`)")
+    click.echo(rule_docs.one(r))
+
+
 def main() -> None:
     cli(prog_name="dp2ddp")
 

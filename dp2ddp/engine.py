@@ -436,3 +436,55 @@ def _header_only(node):
     if hasattr(node, "orelse"):
         changes["orelse"] = None
     return node.with_changes(**changes)
+
+
+# ------------------------------------------------------------------ targeted fixes
+def apply_transforms(path: str, source: bytes, names, settings: Settings = Settings()) -> FileResult:
+    """Run the named transforms on one file, whatever its role in a conversion.
+
+    Used by ``lint --fix`` on scripts that are already distributed: the file is
+    treated as program code (not a pre-DDP script), and the result is checked to
+    parse and to be a fixed point like every conversion.
+    """
+    result = FileResult(path=path, source=source)
+    try:
+        module = _parse(path, source)
+        _check_compiles(path, source)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the user's
+        result.error = syntax_error(path, exc)
+        return result
+    facts = collect_facts(module)
+    role = FileRole(
+        is_entry=facts.module_level_trains or facts.has_main_guard and facts.trains,
+        entry_kind="module" if facts.module_level_trains else "main-block",
+        in_program=True,
+        single_device="module-access" in names,
+        already_distributed=False,
+    )
+    selected = tuple(t for t in TRANSFORMS if t.NAME in names and t.NAME != "process-group-setup")
+
+    def run(module: cst.Module):
+        findings = []
+        for transform_cls in selected:
+            transform = transform_cls(CodemodContext(filename=path), settings, role)
+            try:
+                module = transform.transform_module(module)
+            except Exception as exc:
+                raise InternalError(f"{path}: transform {transform_cls.NAME} crashed: {exc!r}") from exc
+            findings.extend(transform.findings)
+        return module, findings
+
+    try:
+        new_module, findings = run(module)
+        new_module = format_changed(module, new_module)
+        output = new_module.bytes
+        if output != source:
+            again, _ = run(_parse(path, output))
+            _check_compiles(path, output)
+            if again.bytes != output:
+                raise InternalError(f"{path}: internal error: the fix is not idempotent")
+    except InternalError as exc:
+        result.error, result.internal = str(exc), True
+        return result
+    result.output, result.findings, result.role = output, findings, role
+    return result

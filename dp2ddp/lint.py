@@ -37,6 +37,10 @@ _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9_]+(?:[\s,]+[A-Za-z0-9_]
 _OUR_CODE = re.compile(r"^DDP\d+$")
 
 
+class LintInternalError(Exception):
+    """A rule crashed (a bug in dp2ddp): exit code 123."""
+
+
 @dataclass
 class LintResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
@@ -100,11 +104,18 @@ def lint_source(
     found: List[Diagnostic] = []
     seen: Set[Tuple] = set()
     for rule in candidates:
-        for diagnostic in rule.check(src):
-            key = (diagnostic.code, diagnostic.line, diagnostic.column)
-            if key not in seen:
-                seen.add(key)
-                found.append(diagnostic)
+        try:
+            for diagnostic in rule.check(src):
+                key = (diagnostic.code, diagnostic.line, diagnostic.column)
+                if key not in seen:
+                    seen.add(key)
+                    found.append(diagnostic)
+        except Exception as exc:  # a bug in a rule, not in the user's code
+            import traceback
+
+            raise LintInternalError(
+                f"{path}: rule {rule.CODE} crashed: {exc!r}\n{traceback.format_exc()}"
+            ) from exc
     found = [d for d in found if not _file_ignored(path, d.code, config)]
     if "noqa" in text:
         found = _apply_noqa(src, found, report_unused="DDP901" in codes and not _file_ignored(path, "DDP901", config))
@@ -240,3 +251,37 @@ def fix_sources(
             continue
         results[path] = apply_transforms(path, sources[path], names)
     return results
+
+
+def fix_edits(sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic]) -> None:
+    """Fill each fixable diagnostic's ``fix["edits"]`` with the replacement its fix
+    makes: ``[{"line", "end_line", "content"}]`` -- replace lines ``line`` up to
+    ``end_line`` (exclusive) of the original with ``content``."""
+    import difflib
+
+    from dp2ddp.engine import apply_transforms, convert_sources
+
+    by_key: Dict[Tuple[str, str], List[Diagnostic]] = {}
+    for d in diagnostics:
+        if d.fix is not None:
+            by_key.setdefault((d.path, d.code), []).append(d)
+    whole = None
+    for (path, code), group in by_key.items():
+        names = BY_CODE[code].FIX_TRANSFORMS
+        if "*" in names:
+            if whole is None:
+                whole = {f.path: f for f in convert_sources(dict(sources)).files}
+            fixed = whole.get(path)
+        else:
+            fixed = apply_transforms(path, sources[path], set(names))
+        if fixed is None or fixed.output is None or not fixed.changed:
+            continue
+        before = decode(sources[path]).splitlines(keepends=True)
+        after = decode(fixed.output).splitlines(keepends=True)
+        hunks = []
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+            if tag != "equal":
+                hunks.append({"line": i1 + 1, "end_line": i2 + 1, "content": "".join(after[j1:j2])})
+        for d in group:
+            near = [h for h in hunks if h["line"] - 1 <= d.line <= h["end_line"]]
+            d.fix["edits"] = near or hunks

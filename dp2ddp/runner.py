@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from dp2ddp.codemods._base import Settings
-from dp2ddp.engine import ConvertResult, FileResult, convert_sources
 from dp2ddp.files import ConcurrentModification, DiscoveryError, digest, discover, write_atomic
+
+# The engine (LibCST) is imported only by what converts: `dp2ddp lint` must start fast.
 
 
 class ConvertRun:
@@ -21,12 +21,14 @@ class ConvertRun:
     def __init__(
         self,
         paths: Sequence[Path],
-        settings: Settings = Settings(),
+        settings=None,
         exclude: Sequence[str] = (),
         include: Sequence[str] = (),
     ) -> None:
+        from dp2ddp.codemods._base import Settings
+
         self.paths = [Path(p) for p in paths]
-        self.settings = settings
+        self.settings = settings if settings is not None else Settings()
         self.exclude = exclude
         self.include = include
         self.skipped: List[Tuple[Path, str]] = []
@@ -38,6 +40,8 @@ class ConvertRun:
             files, self.skipped = discover(self.paths, exclude=self.exclude, include=self.include)
         except DiscoveryError as exc:
             raise self.UsageError(str(exc)) from exc
+        from dp2ddp.engine import FileResult
+
         sources: Dict[str, bytes] = {}
         self.read_errors: List[FileResult] = []
         for path in files:
@@ -53,13 +57,15 @@ class ConvertRun:
             self._digests[key] = digest(data)
         return sources
 
-    def convert(self) -> ConvertResult:
+    def convert(self):
+        from dp2ddp.engine import convert_sources
+
         sources = self.read()
         result = convert_sources(sources, self.settings)
         result.files.extend(self.read_errors)
         return result
 
-    def write(self, result: ConvertResult) -> List[FileResult]:
+    def write(self, result) -> list:
         """Write every converted file atomically; returns those written."""
         written = []
         for file in result.changed:
@@ -72,4 +78,62 @@ class ConvertRun:
                 self.write_errors.append(f"{file.path}: cannot write: {exc.strerror or exc}")
                 continue
             written.append(file)
+        return written
+
+
+class LintRun:
+    """A lint run on the file system: discover, read, lint, fix."""
+
+    def __init__(self, paths: Sequence[Path], config, extra_exclude: Sequence[str] = ()) -> None:
+        self.paths = [Path(p) for p in paths]
+        self.config = config
+        self.extra_exclude = extra_exclude
+        self.write_errors: List[str] = []
+        self.internal_errors: List[str] = []
+        self._digests: Dict[str, str] = {}
+
+    def read(self) -> Dict[str, bytes]:
+        import pathspec
+
+        try:
+            files, _ = discover(self.paths, exclude=self.extra_exclude)
+        except DiscoveryError as exc:
+            raise ConvertRun.UsageError(str(exc)) from exc
+        spec = pathspec.GitIgnoreSpec.from_lines(self.config.exclude) if self.config.exclude else None
+        sources: Dict[str, bytes] = {}
+        for path in files:
+            if spec is not None and self.config.root is not None:
+                try:
+                    rel = path.resolve().relative_to(self.config.root.resolve()).as_posix()
+                except ValueError:
+                    rel = None
+                if rel is not None and spec.match_file(rel):
+                    continue
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                self.write_errors.append(f"{path}: cannot read: {exc.strerror or exc}")
+                continue
+            sources[str(path)] = data
+            self._digests[str(path)] = digest(data)
+        return sources
+
+    def fix(self, sources: Dict[str, bytes], diagnostics, unsafe: bool) -> List[str]:
+        """Apply the fixes and write the files; returns the paths written."""
+        from dp2ddp.lint import fix_sources
+
+        written = []
+        for path, file in fix_sources(sources, diagnostics, unsafe).items():
+            if file.error is not None:
+                (self.internal_errors if file.internal else self.write_errors).append(file.error)
+                continue
+            if not file.changed:
+                continue
+            try:
+                write_atomic(Path(path), file.output, expected_digest=self._digests.get(path))
+            except (ConcurrentModification, OSError) as exc:
+                self.write_errors.append(str(exc))
+                continue
+            sources[path] = file.output
+            written.append(path)
         return written

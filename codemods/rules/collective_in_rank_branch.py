@@ -5,7 +5,15 @@ from __future__ import annotations
 import ast
 from typing import Iterator, List
 
-from .._analysis import Source, calls_method, ddp_wrapped_names, dotted, is_collective, rank_branch
+from .._analysis import (
+    Source,
+    calls_method,
+    ddp_wrapped_names,
+    dotted,
+    is_collective,
+    rank_branch,
+    uses_distributed,
+)
 from ._base import Diagnostic, Rule
 
 
@@ -67,6 +75,8 @@ class CollectiveInRankBranch(Rule):
             if src.qualname(call.func).endswith("barrier") and src.function_of(call) in paired:
                 continue
             yield self.diagnostic(src, call)
+        if not uses_distributed(src):
+            return
         wrapped = ddp_wrapped_names(src)
         for node in ast.walk(src.tree):
             if isinstance(node, (ast.Break, ast.Return)) and rank_branch(src, node) is not None:
@@ -107,4 +117,5 @@ def _syncs(src: Source, scope: ast.AST, wrapped: set) -> bool:
                 return True
             if wrapped and dotted(sub.func) in wrapped:
                 return True
-    return bool(wrapped) and calls_method(scope, "backward")
+    # a backward() in DDP code is the DDP gradient all-reduce
+    return calls_method(scope, "backward")

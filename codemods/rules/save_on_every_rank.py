@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from typing import Iterator, Optional
 
 from .. import _names as N
@@ -16,7 +17,9 @@ class SaveOnEveryRank(Rule):
     In DDP code, reports `torch.save` that every rank reaches: not under a
     main-process check (`if dist.get_rank() == 0:`, `if is_main_process():`,
     `if args.local_rank in [-1, 0]:`, after `if rank != 0: return`), and not in a
-    function that this file only calls under such a check.
+    function that this file only calls under such a check. A save helper
+    (`save_checkpoint`, `export_model`...) that this file never calls is not
+    reported: its callers elsewhere decide.
 
     ## Why is this bad?
     All ranks hold the same weights and write the same path at the same time:
@@ -61,8 +64,13 @@ class SaveOnEveryRank(Rule):
             yield self.diagnostic(src, call)
 
 
+_SAVE_HELPER = re.compile(r"(?i)save|checkpoint|ckpt|export|dump|write|persist")
+
+
 def _called_unguarded(src: Source, func: ast.AST) -> bool:
-    """Some call of ``func`` in this file runs on every rank (False if none is seen)."""
+    """Some call of ``func`` in this file runs on every rank.  A function this file
+    never calls counts as reached by every rank -- unless its name says it is a
+    save helper, which callers elsewhere usually guard."""
     name: Optional[str] = getattr(func, "name", None)
     if name is None:
         return False
@@ -71,6 +79,8 @@ def _called_unguarded(src: Source, func: ast.AST) -> bool:
         if (isinstance(c.func, ast.Name) and c.func.id == name)
         or (isinstance(c.func, ast.Attribute) and c.func.attr == name)
     ]
+    if not calls:
+        return not _SAVE_HELPER.search(name)
     for call in calls:
         if on_main_process_only(src, call):
             continue

