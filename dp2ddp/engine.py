@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import threading
 import traceback
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Set
@@ -373,13 +374,10 @@ class _Reformat(cst.CSTTransformer):
         if all(width + len(line) <= self.line_length for line in code.splitlines()):
             return updated_node
         try:
-            import black
-
-            formatted = black.format_str(
-                code, mode=_black_mode(black, self.line_length - width)
-            )
+            formatted = _black_format(code, self.line_length - width)
             body = cst.parse_module(formatted).body
-        except Exception:
+        except Exception as exc:  # the code stays valid, only unformatted: say so
+            FORMAT_FAILURES.append(f"black could not format a changed statement: {exc!r}")
             return updated_node
         if not body or not all(isinstance(s, cst.SimpleStatementLine) for s in body):
             return updated_node
@@ -404,13 +402,10 @@ class _Reformat(cst.CSTTransformer):
         if width + len(first_line) <= self.line_length:
             return node
         try:
-            import black
-
-            formatted = black.format_str(
-                header, mode=_black_mode(black, self.line_length - width)
-            )
+            formatted = _black_format(header, self.line_length - width)
             new = cst.parse_module(formatted).body
-        except Exception:
+        except Exception as exc:
+            FORMAT_FAILURES.append(f"black could not format a changed header: {exc!r}")
             return node
         if len(new) != 1 or type(new[0]) is not type(node):
             return node
@@ -423,10 +418,21 @@ class _Reformat(cst.CSTTransformer):
 _HEADERS = (cst.For, cst.While, cst.If, cst.With)
 
 
-def _black_mode(black, width: int):
-    """Black for the oldest supported Python: no syntax the user's interpreter
-    might not have (parenthesized context managers, ...)."""
-    return black.Mode(line_length=max(40, width), target_versions={black.TargetVersion.PY38})
+_BLACK_LOCK = threading.Lock()
+#: black failures of the current process (tests assert it stays empty)
+FORMAT_FAILURES: List[str] = []
+
+
+def _black_format(code: str, width: int) -> str:
+    """Black, for the oldest supported Python (no syntax the user's interpreter
+    might lack).  Serialised: black's parser caches are not safe to fill from
+    several threads at once, and a failure there would silently leave the code
+    unformatted."""
+    import black
+
+    mode = black.Mode(line_length=max(40, width), target_versions={black.TargetVersion.PY38})
+    with _BLACK_LOCK:
+        return black.format_str(code, mode=mode)
 
 
 def _header_only(node):
