@@ -428,10 +428,10 @@ def _black_format(code: str, width: int) -> str:
     might lack).  Serialised: black's parser caches are not safe to fill from
     several threads at once, and a failure there would silently leave the code
     unformatted."""
-    import black
+    with _BLACK_LOCK:  # the first import of black, too, from one thread at a time
+        import black
 
-    mode = black.Mode(line_length=max(40, width), target_versions={black.TargetVersion.PY38})
-    with _BLACK_LOCK:
+        mode = black.Mode(line_length=max(40, width), target_versions={black.TargetVersion.PY38})
         return black.format_str(code, mode=mode)
 
 

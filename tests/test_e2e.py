@@ -58,14 +58,14 @@ def e2e(tmp_path_factory) -> Dict[str, Outcome]:
     base = tmp_path_factory.mktemp("e2e")
 
     # convert first, in this thread; then run the scripts two at a time
-    converted = {case_dir: _convert_folder(case_dir / "before") for case_dir in CASES}
+    outputs_by_case = {case_dir: _convert_folder(case_dir / "before") for case_dir in CASES}
 
     def one(case_dir: Path) -> Outcome:
         case = json.loads((case_dir / "case.json").read_text())
         work = base / case_dir.name
         orig_dir, conv_dir = work / "original", work / "converted"
         copy_tree(case_dir / "before", orig_dir)
-        outputs = converted[case_dir]
+        outputs = outputs_by_case[case_dir]
         conv_dir.mkdir(parents=True)
         for rel, data in outputs.items():
             (conv_dir / rel).parent.mkdir(parents=True, exist_ok=True)
