@@ -74,6 +74,7 @@ def cli() -> None:
 @click.option("--include", multiple=True, metavar="PATTERN", help="Only take files matching these patterns.")
 @click.option("--color/--no-color", default=None, help="Colour the diff (default: when stdout is a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+@click.option("--verify", "run_verify", is_flag=True, help="With --write: then run `dp2ddp verify` on each converted entry point.")
 @_internal_errors
 def convert(
     paths: List[Path],
@@ -87,6 +88,7 @@ def convert(
     include: List[str],
     color: Optional[bool],
     quiet: bool,
+    run_verify: bool,
 ) -> None:
     """Convert the scripts under PATHS to DistributedDataParallel.
 
@@ -99,6 +101,8 @@ def convert(
 
     if write and check:
         raise click.UsageError("--write and --check exclude each other")
+    if run_verify and not write:
+        raise click.UsageError("--verify runs the converted scripts: add --write")
     mode = "write" if write else "check" if check else None
     settings = Settings(batch_size=batch_size, markers=not no_markers)
     run = ConvertRun(paths, settings, exclude=exclude, include=include)
@@ -122,7 +126,17 @@ def convert(
             click.echo(file.error, err=True)
     for error in run.write_errors:
         click.echo(f"error: {error}", err=True)
-    sys.exit(report.exit_code(result, mode, run.write_errors))
+    code = report.exit_code(result, mode, run.write_errors)
+    if run_verify and code == EXIT_OK:
+        from dp2ddp import verify as V
+
+        for entry in [f for f in written if f.role is not None and f.role.is_entry]:
+            options = V.VerifyOptions(script=entry.path, nproc_per_node=V.default_nproc())
+            verdict = V.verify(options)
+            click.echo(V.text(verdict), nl=False, err=True)
+            if not verdict.ok:
+                code = EXIT_FINDINGS
+    sys.exit(code)
 
 
 def _codes(values) -> tuple:
@@ -254,6 +268,50 @@ def rule(code, show_all, markdown):
     if r is None:
         raise click.UsageError(f"unknown rule {code!r} (see `dp2ddp rule --all`)")
     click.echo(rule_docs.one(r))
+
+
+@cli.command(context_settings={"ignore_unknown_options": False})
+@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--nproc-per-node", type=click.IntRange(1), default=None, help="Processes per machine (default: GPUs, or 2 on CPU).")
+@click.option("--nnodes", type=click.IntRange(1), default=1, show_default=True, help="Simulated machines (torchrun agents with c10d rendezvous on 127.0.0.1).")
+@click.option("--max-steps", type=click.IntRange(1), default=20, show_default=True, help="Optimizer steps, then every rank stops.")
+@click.option("--epoch-batches", type=click.IntRange(0), default=0, help="Batches per epoch (default: max-steps // 4), so that several epochs run.")
+@click.option("--timeout", type=click.FloatRange(1), default=120.0, show_default=True, help="Seconds without progress before the run counts as hung.")
+@click.option("--against", type=click.Path(exists=True, dir_okay=False), default=None, help="The original script: run it single-process and compare the final weights.")
+@click.option("--tolerance", type=float, default=1e-4, show_default=True, help="Largest weight difference accepted by --against.")
+@click.option("--launcher", type=click.Choice(["auto", "fork", "torchrun"]), default="auto", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--keep", is_flag=True, help="Keep the run folder (records, logs, stacks).")
+@_internal_errors
+def verify(script, script_args, nproc_per_node, nnodes, max_steps, epoch_batches, timeout, against, tolerance, launcher, fmt, keep):
+    """Run SCRIPT under DDP for a step budget and check that it is really distributed.
+
+    Arguments after `--` go to the script. Exit 0 when every check passed, 1
+    when one failed, 2 on a usage error, 123 on an internal error.
+    """
+    from dp2ddp import verify as V
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise click.UsageError("verify needs torch: pip install torch")
+    options = V.VerifyOptions(
+        script=str(script),
+        args=list(script_args),
+        nproc_per_node=nproc_per_node or V.default_nproc(),
+        nnodes=nnodes,
+        max_steps=max_steps,
+        epoch_batches=epoch_batches,
+        timeout=timeout,
+        against=against,
+        tolerance=tolerance,
+        launcher=launcher,
+        keep=keep,
+    )
+    report = V.verify(options)
+    click.echo(V.to_json(report) if fmt == "json" else V.text(report), nl=False)
+    sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
 
 
 def main() -> None:

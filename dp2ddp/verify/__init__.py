@@ -1,0 +1,214 @@
+"""``dp2ddp verify``: run a (converted) script under DDP for a step budget and
+check, at run time, that it really is distributed.
+
+The coordinator starts the ranks (``launch``), each running the script under the
+``harness``; it watches for progress, tears the run down on a crash or a stall,
+and turns the per-rank records into the checks of ``checks``.  With
+``against=ORIGINAL`` it also runs the original single-process script for the
+same number of samples and compares the final weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from dp2ddp.verify.checks import Check, Records, evaluate
+
+
+@dataclass
+class VerifyOptions:
+    script: str
+    args: List[str] = field(default_factory=list)
+    nproc_per_node: int = 2
+    nnodes: int = 1
+    max_steps: int = 20
+    epoch_batches: int = 0  # 0: max_steps // 4
+    timeout: float = 120.0
+    against: Optional[str] = None
+    tolerance: float = 1e-4
+    launcher: str = "auto"  # auto | fork | torchrun
+    keep: bool = False
+    deterministic: bool = False
+
+
+@dataclass
+class VerifyReport:
+    script: str
+    world_size: int
+    nnodes: int
+    checks: List[Check]
+    duration: float
+    run_dir: Optional[str]
+    launcher: str
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "script": self.script,
+            "ok": self.ok,
+            "world_size": self.world_size,
+            "nnodes": self.nnodes,
+            "launcher": self.launcher,
+            "duration_s": round(self.duration, 2),
+            "run_dir": self.run_dir,
+            "checks": [c.to_dict() for c in self.checks],
+            "notes": self.notes,
+        }
+
+
+def default_nproc() -> int:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.device_count()
+    except ImportError:  # pragma: no cover
+        pass
+    return 2
+
+
+def verify(options: VerifyOptions) -> VerifyReport:
+    from dp2ddp.verify import launch
+
+    if not options.epoch_batches:
+        options.epoch_batches = max(1, options.max_steps // 4)
+    if options.against:
+        options.deterministic = True
+    run_dir = tempfile.mkdtemp(prefix="dp2ddp-verify-")
+    started = time.time()
+    launcher = options.launcher
+    if launcher == "auto":
+        launcher = "torchrun" if options.nnodes > 1 or not hasattr(os, "fork") else "fork"
+    world = options.nproc_per_node * options.nnodes
+    try:
+        if launcher == "fork":
+            launched = launch.fork_ranks(run_dir, options)
+        else:
+            launched = launch.torchrun_nodes(run_dir, options)
+        launched = launch.watch(run_dir, launched, options, started)
+        records = Records.load(run_dir)
+        checks = evaluate(records, world, launched, options)
+        notes = sorted({e["text"] for events in records.ranks.values() for e in events if e.get("event") == "note"})
+        if options.against:
+            checks.append(_against(options, run_dir))
+    finally:
+        if not options.keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return VerifyReport(
+        script=options.script,
+        world_size=world,
+        nnodes=options.nnodes,
+        checks=checks,
+        duration=time.time() - started,
+        run_dir=run_dir if options.keep else None,
+        launcher=launcher,
+        notes=notes,
+    )
+
+
+def _against(options: VerifyOptions, run_dir: str) -> Check:
+    """Run the original single-process for the same samples; compare final weights."""
+    from dp2ddp.verify import harness as H
+
+    check = Check(10, "matches-original", f"final weights match {os.path.relpath(options.against)}")
+    env = dict(os.environ)
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    env.update(
+        {
+            H.ENV_DIR: run_dir,
+            H.ENV_MAX_STEPS: str(options.max_steps),
+            H.ENV_EPOCH_BATCHES: str(options.epoch_batches),
+            H.ENV_TIMEOUT: str(options.timeout),
+            H.ENV_MODE: "original",
+            H.ENV_DETERMINISTIC: "1",
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        }
+    )
+    log_path = os.path.join(run_dir, "original.log")
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "dp2ddp.verify.harness", options.against, *options.args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=max(60.0, options.timeout * 3),
+            )
+        except subprocess.TimeoutExpired:
+            return check.fail("the original did not finish in time", advice="raise --timeout")
+    if proc.returncode != 0:
+        with open(log_path, errors="replace") as handle:
+            tail = handle.read()[-2000:]
+        return check.fail(
+            f"the original exited with status {proc.returncode}",
+            advice="the original must run on this machine as a single process",
+            log=tail,
+        )
+    distributed = os.path.join(run_dir, "params-rank0.pt")
+    original = os.path.join(run_dir, "params-original.pt")
+    if not (os.path.exists(distributed) and os.path.exists(original)):
+        return check.skip("no optimizer step in one of the runs: nothing to compare")
+    import torch
+
+    a = torch.load(distributed, map_location="cpu")
+    b = torch.load(original, map_location="cpu")
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        return check.fail(
+            f"the two runs train different parameters ({len(a)} vs {len(b)} tensors)",
+            advice="compare a conversion with its own original",
+        )
+    worst = max((x.double() - y.double()).abs().max().item() for x, y in zip(a, b)) if a else 0.0
+    if worst > options.tolerance:
+        return check.fail(
+            f"max weight difference {worst:.3g} > {options.tolerance:g} after the same samples",
+            advice="the conversion changed the training math: check the per-process batch size "
+            "(global batch / world size), the loss reduction, shuffling and dropout",
+            max_difference=worst,
+        )
+    return check.ok(f"max weight difference {worst:.3g} (tolerance {options.tolerance:g})", max_difference=worst)
+
+
+# ------------------------------------------------------------------ output
+def text(report: VerifyReport) -> str:
+    lines = [
+        f"dp2ddp verify {report.script}: {report.world_size} processes"
+        + (f" on {report.nnodes} simulated machines" if report.nnodes > 1 else "")
+        + f" ({report.launcher}), {report.duration:.1f} s"
+    ]
+    for check in report.checks:
+        mark = {"pass": "✓", "fail": "✗", "skip": "-"}[check.status]
+        lines.append(f"  {mark} {check.id}. {check.title}: {check.message}")
+        if check.status == "fail":
+            if check.location:
+                lines.append(f"      at {check.location}" + (f" (rank {check.rank})" if check.rank is not None else ""))
+            if check.advice:
+                lines.append(f"      what to do: {check.advice}")
+            if "traceback" in check.details:
+                lines += ["      " + ln for ln in check.details["traceback"].rstrip().splitlines()[-12:]]
+            for rank, stack in sorted(check.details.get("stacks", {}).items()):
+                lines.append(f"      rank {rank} stack:")
+                lines += ["        " + ln for ln in stack.splitlines()[:25]]
+    for note in report.notes:
+        lines.append(f"  note: {note}")
+    failed = sum(1 for c in report.checks if c.status == "fail")
+    lines.append("OK: the script runs distributed." if report.ok else f"FAILED: {failed} check(s).")
+    if report.run_dir:
+        lines.append(f"records and logs kept in {report.run_dir}")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(report: VerifyReport) -> str:
+    return json.dumps(report.to_dict(), indent=2) + "\n"

@@ -1,0 +1,409 @@
+"""The verify checks, computed from the per-rank records the harness wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class Check:
+    id: int
+    name: str
+    title: str
+    status: str = "pass"  # pass | fail | skip
+    message: str = ""
+    rank: Optional[int] = None
+    location: Optional[str] = None
+    advice: Optional[str] = None
+    details: Dict[str, Any] = field(default_factory=dict)
+
+    def fail(self, message: str, rank=None, location=None, advice=None, **details) -> "Check":
+        self.status, self.message, self.rank, self.location, self.advice = "fail", message, rank, location, advice
+        self.details.update(details)
+        return self
+
+    def skip(self, message: str) -> "Check":
+        self.status, self.message = "skip", message
+        return self
+
+    def ok(self, message: str, **details) -> "Check":
+        self.status, self.message = "pass", message
+        self.details.update(details)
+        return self
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "title": self.title,
+            "status": self.status,
+            "message": self.message,
+            "rank": self.rank,
+            "location": self.location,
+            "advice": self.advice,
+            "details": self.details,
+        }
+
+
+@dataclass
+class Records:
+    """Every rank's events, by rank number."""
+
+    ranks: Dict[int, List[Dict[str, Any]]]
+    stacks: Dict[int, str]
+    logs: Dict[str, str]
+
+    @classmethod
+    def load(cls, directory: str) -> "Records":
+        ranks: Dict[int, List[Dict[str, Any]]] = {}
+        stacks: Dict[int, str] = {}
+        logs: Dict[str, str] = {}
+        for name in sorted(os.listdir(directory)):
+            path = os.path.join(directory, name)
+            match = re.fullmatch(r"rank(\d+)\.jsonl", name)
+            if match:
+                events = []
+                with open(path) as handle:
+                    for line in handle:
+                        try:
+                            events.append(json.loads(line))
+                        except ValueError:
+                            pass  # a line cut short by a kill
+                ranks[int(match.group(1))] = events
+            match = re.fullmatch(r"stack-rank(\d+)\.txt", name)
+            if match:
+                with open(path, errors="replace") as handle:
+                    text = handle.read().strip()
+                if text:
+                    stacks[int(match.group(1))] = text
+            if name.endswith(".log"):
+                with open(path, errors="replace") as handle:
+                    logs[name] = handle.read()
+        return cls(ranks, stacks, logs)
+
+    def events(self, rank: int, kind: str) -> List[Dict[str, Any]]:
+        return [e for e in self.ranks.get(rank, []) if e.get("event") == kind]
+
+    def first(self, rank: int, kind: str) -> Optional[Dict[str, Any]]:
+        found = self.events(rank, kind)
+        return found[0] if found else None
+
+
+def evaluate(records: Records, expected_world: int, launched, options) -> List[Check]:
+    checks = [
+        check_process_group(records, expected_world),
+        check_wrapped(records),
+        check_sharded(records),
+        check_set_epoch(records),
+        check_in_sync(records),
+        check_single_writer(records),
+        check_no_hang(records, launched, options),
+        check_no_crash(records, launched),
+        check_devices(records),
+    ]
+    return checks
+
+
+def _display(path: str) -> str:
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+# 1 -------------------------------------------------------------------------
+def check_process_group(records: Records, expected: int) -> Check:
+    check = Check(1, "process-group", "process group initialised on every rank")
+    missing = [r for r in range(expected) if r not in records.ranks]
+    if missing:
+        return check.fail(
+            f"rank(s) {missing} never started the script",
+            advice="look at the launcher output in the run folder",
+        )
+    backends = set()
+    for rank in range(expected):
+        init = records.first(rank, "init")
+        if init is None:
+            step = records.first(rank, "first_step") or {}
+            return check.fail(
+                f"rank {rank} never called init_process_group: each process trains on its own",
+                rank=rank,
+                location=step.get("where"),
+                advice="call dist.init_process_group() at the start (dp2ddp convert adds it)",
+            )
+        if init["world_size"] != expected or init["rank"] != rank:
+            return check.fail(
+                f"rank {rank} joined as rank {init['rank']} of {init['world_size']}, expected {rank} of {expected}",
+                rank=rank,
+                location=init.get("where"),
+                advice="let torchrun's RANK/WORLD_SIZE drive init_process_group (no hard-coded world size)",
+            )
+        backends.add(init["backend"])
+    return check.ok(f"{expected} ranks, backend {', '.join(sorted(backends))}", backend=sorted(backends))
+
+
+# 2 -------------------------------------------------------------------------
+def check_wrapped(records: Records) -> Check:
+    check = Check(2, "ddp-wrapped", "the model the optimizer trains is wrapped in DistributedDataParallel")
+    seen = False
+    for rank in sorted(records.ranks):
+        first = records.first(rank, "first_step")
+        if first is None:
+            continue
+        seen = True
+        if first["wrapped"] < first["params"]:
+            return check.fail(
+                f"rank {rank}: the optimizer trains {first['params']} parameters, "
+                f"{first['wrapped']} of them in a DistributedDataParallel model: their gradients "
+                "are never averaged across ranks",
+                rank=rank,
+                location=first.get("where"),
+                advice="wrap the model in DistributedDataParallel before building the optimizer",
+            )
+    if not seen:
+        return check.skip("no optimizer step was taken")
+    return check.ok("every parameter the optimizer trains is in a DDP model")
+
+
+# 3, 4 ------------------------------------------------------------------------
+def _training_passes(records: Records, rank: int) -> List[Dict[str, Any]]:
+    passes = records.events(rank, "pass")
+    return [p for p in passes if p["end_step"] > p["start_step"]]
+
+
+def check_sharded(records: Records) -> Check:
+    check = Check(3, "data-sharded", "training data sharded: disjoint across ranks, covering the dataset")
+    ranks = sorted(records.ranks)
+    world = len(ranks)
+    first_passes = {}
+    for rank in ranks:
+        passes = _training_passes(records, rank)
+        if passes:
+            first_passes[rank] = passes[0]
+    if len(first_passes) < world or not first_passes:
+        return check.skip("no training pass over a map-style dataset was seen on every rank")
+    sample = first_passes[ranks[0]]
+    location = sample.get("where")
+    n = sample.get("dataset_len")
+    if world == 1:
+        return check.ok("a single rank: nothing to shard")
+    shards = {r: p.get("shard") for r, p in first_passes.items()}
+    if all(s is not None for s in shards.values()):
+        union = set()
+        total = 0
+        for shard in shards.values():
+            union |= set(shard)
+            total += len(shard)
+        duplicates = total - len(union)
+        expected_padding = 0
+        if n:
+            per_rank = -(-n // world)
+            expected_padding = per_rank * world - n if not sample.get("drop_last") else 0
+        overlap_per_rank = [len(set(s)) for s in shards.values()]
+        if n and all(size >= n for size in overlap_per_rank):
+            return check.fail(
+                f"every rank draws all {n} samples: the data is not sharded",
+                location=location,
+                advice="build the DistributedSampler with the process group's rank and world size (the defaults)",
+            )
+        if duplicates > expected_padding:
+            return check.fail(
+                f"ranks draw {duplicates} samples more than once (padding explains {expected_padding})",
+                location=location,
+                advice="give each rank its own shard: DistributedSampler(dataset) with the default rank/num_replicas",
+            )
+        missing = (n - len(union)) if n else 0
+        if missing > 0 and not sample.get("drop_last"):
+            return check.fail(
+                f"{missing} of {n} samples are never drawn by any rank",
+                location=location,
+                advice="do not pass num_replicas/rank by hand",
+            )
+        note = f"{world} disjoint shards covering {len(union)} of {n} samples"
+        if duplicates:
+            note += f" ({duplicates} padding duplicate{'s' if duplicates != 1 else ''}: {n} is not a multiple of {world})"
+        if missing:
+            note += f" ({missing} dropped by drop_last)"
+        return check.ok(note, padding=duplicates, dataset=n)
+    # no DistributedSampler: the loader's own sampler
+    lengths = {r: p.get("sampler_len") for r, p in first_passes.items()}
+    if n and all(length == n for length in lengths.values()):
+        return check.fail(
+            f"every rank iterates the whole dataset ({n} samples, {sample.get('sampler')}): "
+            "each trains on the same data",
+            location=location,
+            advice="give the training DataLoader sampler=DistributedSampler(dataset, shuffle=...)",
+        )
+    drawn = [set(p["indices"]) for p in first_passes.values()]
+    overlap = set.intersection(*drawn) if drawn else set()
+    if overlap:
+        return check.fail(
+            f"ranks draw the same samples ({len(overlap)} shared in the first epoch)",
+            location=location,
+            advice="use a DistributedSampler",
+        )
+    return check.ok("ranks drew disjoint samples (custom sampler; coverage not checked)")
+
+
+def check_set_epoch(records: Records) -> Check:
+    check = Check(4, "set-epoch", "shuffling changes between epochs (set_epoch called)")
+    rank = min(records.ranks) if records.ranks else None
+    if rank is None:
+        return check.skip("no rank ran")
+    passes = _training_passes(records, rank)
+    if not passes:
+        return check.skip("no training pass was seen")
+    first = passes[0]
+    if not first.get("shuffle"):
+        return check.ok("the training sampler does not shuffle: nothing to change between epochs")
+    if len(passes) < 2:
+        return check.skip("only one epoch ran within the budget: raise --max-steps or lower --epoch-batches")
+    key = "shard" if first.get("shard") is not None else "indices"
+    orders = [tuple(p.get(key) or ()) for p in passes]
+    if all(order == orders[0] for order in orders[1:]):
+        return check.fail(
+            f"all {len(passes)} epochs draw the samples in the same order",
+            rank=rank,
+            location=first.get("where"),
+            advice="call loader.sampler.set_epoch(epoch) at the top of every epoch",
+        )
+    return check.ok(f"{len(passes)} epochs, each in a new order")
+
+
+# 5 -------------------------------------------------------------------------
+def check_in_sync(records: Records) -> Check:
+    check = Check(5, "in-sync", "parameters identical on all ranks after the first and the last step")
+    firsts = {r: records.first(r, "first_step") for r in records.ranks}
+    lasts = {r: records.first(r, "last_step") for r in records.ranks}
+    if not any(firsts.values()):
+        return check.skip("no optimizer step was taken")
+    for label, table in (("first", firsts), ("last", lasts)):
+        values = {r: e["checksum"] for r, e in table.items() if e}
+        if len(values) < len(records.ranks):
+            if label == "last":
+                continue
+            return check.skip(f"some ranks took no {label} step")
+        reference = values[min(values)]
+        differ = [r for r, v in values.items() if v["hash"] != reference["hash"]]
+        if differ:
+            gap = max(abs(values[r]["sum"] - reference["sum"]) for r in differ)
+            return check.fail(
+                f"after the {label} step, rank(s) {differ} hold different parameters than rank "
+                f"{min(values)} (sum differs by {gap:.3g})",
+                rank=differ[0],
+                location=(table[differ[0]] or {}).get("where"),
+                advice="every rank must train the same DDP-wrapped model; do not change parameters on one rank only",
+            )
+    steps = max((e["steps"] for e in lasts.values() if e), default=1)
+    return check.ok(f"identical after step 1 and step {steps}")
+
+
+# 6 -------------------------------------------------------------------------
+def check_single_writer(records: Records) -> Check:
+    check = Check(6, "single-writer", "checkpoints and logs written by one rank only")
+    writers: Dict[str, List[int]] = {}
+    where: Dict[str, Optional[str]] = {}
+    for rank in sorted(records.ranks):
+        for event in records.events(rank, "write"):
+            writers.setdefault(event["path"], []).append(rank)
+            if rank != 0 or event["path"] not in where:
+                where[event["path"]] = event.get("where")
+    shared = {p: rs for p, rs in writers.items() if len(set(rs)) > 1}
+    if shared:
+        path, ranks = sorted(shared.items())[0]
+        return check.fail(
+            f"{_display(path)} is written by ranks {sorted(set(ranks))}"
+            + (f" (and {len(shared) - 1} more file(s))" if len(shared) > 1 else ""),
+            rank=sorted(set(ranks))[1],
+            location=where.get(path),
+            advice="write from the main process only: if dist.get_rank() == 0",
+            files=sorted(shared),
+        )
+    if not writers:
+        return check.ok("no file written")
+    summary = ", ".join(f"{_display(p)} (rank {rs[0]})" for p, rs in sorted(writers.items())[:4])
+    return check.ok(f"each file has one writer: {summary}", files=sorted(writers))
+
+
+# 7, 8 ----------------------------------------------------------------------
+def _stack_location(stack: str) -> Optional[str]:
+    """Innermost frame of the main thread in user code, from a faulthandler dump."""
+    lines = stack.splitlines()
+    frames = [ln.strip() for ln in lines if ln.strip().startswith('File "')]
+    for frame in frames:  # faulthandler prints the innermost frame first
+        match = re.match(r'File "([^"]+)", line (\d+)', frame)
+        if match and "site-packages" not in match.group(1) and "/dp2ddp/verify/" not in match.group(1):
+            if not match.group(1).startswith("<"):
+                return f"{_display(match.group(1))}:{match.group(2)}"
+    return None
+
+
+def check_no_hang(records: Records, launched, options) -> Check:
+    check = Check(7, "no-hang", f"no rank stalls (timeout {options.timeout:g} s)")
+    if not launched.stalled:
+        return check.ok("every rank kept making progress")
+    stuck = {r: s for r, s in records.stacks.items()}
+    where = {r: _stack_location(s) for r, s in stuck.items()}
+    ended = [r for r in records.ranks if records.first(r, "end")]
+    rank = min(stuck) if stuck else None
+    message = f"no progress for {options.timeout:g} s"
+    if ended:
+        message += f"; rank(s) {sorted(ended)} had already left the script"
+    if where:
+        message += "; stuck at " + ", ".join(f"rank {r}: {w}" for r, w in sorted(where.items()) if w)
+    return check.fail(
+        message,
+        rank=rank,
+        location=where.get(rank) if rank is not None else None,
+        advice="a collective (barrier, all_reduce, DDP backward) reached by some ranks only: "
+        "move it out of rank-dependent branches and make every rank run the same number of steps",
+        stacks={str(r): s for r, s in stuck.items()},
+    )
+
+
+def check_no_crash(records: Records, launched) -> Check:
+    check = Check(8, "no-crash", "no rank crashed")
+    crashes = {r: records.first(r, "crash") for r in records.ranks}
+    crashes = {r: c for r, c in crashes.items() if c}
+    if crashes:
+        # the first rank to crash is the cause; the others die of its absence
+        rank = min(crashes, key=lambda r: (crashes[r].get("t", 0), r))
+        crash = crashes[rank]
+        last = crash["traceback"].strip().splitlines()[-1] if crash["traceback"].strip() else "crashed"
+        return check.fail(
+            f"rank {rank} crashed: {last}; the other ranks were stopped",
+            rank=rank,
+            location=crash.get("where"),
+            advice="see the traceback",
+            traceback=crash["traceback"],
+            ranks=sorted(crashes),
+        )
+    if launched.crashed and not launched.stalled:
+        codes = sorted(set(launched.exit_codes.values()) - {0})
+        return check.fail(
+            f"a process exited with status {codes} without a Python traceback (killed? out of memory?)",
+            advice="look at the logs in the run folder (--keep)",
+        )
+    return check.ok("every rank finished or stopped at the budget")
+
+
+def check_devices(records: Records) -> Check:
+    check = Check(9, "local-device", "each rank uses the GPU of its LOCAL_RANK")
+    calls = 0
+    for rank in sorted(records.ranks):
+        start = records.first(rank, "start") or {}
+        for event in records.events(rank, "set_device"):
+            calls += 1
+            if event["index"] != start.get("local_rank"):
+                return check.fail(
+                    f"rank {rank} picked GPU {event['index']} but its LOCAL_RANK is {start.get('local_rank')}"
+                    + (" (the global rank used as a device index?)" if event["index"] == rank else ""),
+                    rank=rank,
+                    location=event.get("where"),
+                    advice="use LOCAL_RANK for devices, RANK only for 'am I the main process'",
+                )
+    if not calls:
+        return check.skip("no torch.cuda.set_device call (CPU run)")
+    return check.ok("every set_device call used LOCAL_RANK")

@@ -1,0 +1,513 @@
+"""The instrumentation that runs inside each rank of a ``dp2ddp verify`` run.
+
+    python -m dp2ddp.verify.harness SCRIPT ARGS...      (under torchrun, or forked)
+
+It runs SCRIPT as ``__main__`` (as ``python SCRIPT`` would) after installing
+light hooks that observe -- never change -- what the script computes:
+
+* ``init_process_group``: backend, world size and rank; a finite timeout is
+  passed when the script gives none, so that a rank stuck in a collective errors
+  out instead of waiting 30 minutes;
+* ``DistributedDataParallel.__init__``: which parameters are wrapped;
+* a global optimizer step hook: step count, whether the optimizer's parameters
+  are all in a DDP model, a checksum of the parameters after the first and the
+  last step; at the step budget the script is stopped (``BudgetReached``);
+* DataLoader iteration: the sample indices each pass draws (the full shard of a
+  ``DistributedSampler``), and a per-epoch batch limit so that several (short)
+  epochs fit in the budget;
+* ``torch.save`` and ``open(..., "w")``: which files this rank writes;
+* ``torch.cuda.set_device``: the GPU index this rank picks.
+
+Everything is appended, as JSON lines, to ``<dir>/rank<R>.jsonl`` as it happens,
+so that a rank that hangs or is killed still leaves its record.  ``SIGUSR1``
+dumps every thread's Python stack to ``<dir>/stack<R>.txt`` (faulthandler).
+"""
+
+from __future__ import annotations
+
+import builtins
+import faulthandler
+import io
+import json
+import os
+import runpy
+import signal
+import sys
+import time
+import traceback
+from datetime import timedelta
+from typing import Any, Dict, List, Optional
+
+ENV_DIR = "DP2DDP_VERIFY_DIR"
+ENV_MAX_STEPS = "DP2DDP_VERIFY_MAX_STEPS"
+ENV_EPOCH_BATCHES = "DP2DDP_VERIFY_EPOCH_BATCHES"
+ENV_TIMEOUT = "DP2DDP_VERIFY_TIMEOUT"
+ENV_MODE = "DP2DDP_VERIFY_MODE"  # "distributed" or "original"
+ENV_DETERMINISTIC = "DP2DDP_VERIFY_DETERMINISTIC"
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class BudgetReached(BaseException):
+    """Raised from the optimizer step hook at the step budget (not an Exception,
+    so that the script's own ``except Exception`` does not swallow it)."""
+
+
+class Recorder:
+    def __init__(self, directory: str, name: str) -> None:
+        self.directory = directory
+        self.name = name
+        self.path = os.path.join(directory, f"{name}.jsonl")
+        self._open = builtins.open  # the real one, before we patch it
+        self.handle = self._open(self.path, "a", buffering=1)
+        self.heartbeat_path = os.path.join(directory, f"{name}.alive")
+        self._last_beat = 0.0
+        self.beat(force=True)
+
+    def event(self, kind: str, **data: Any) -> None:
+        data["event"] = kind
+        data["t"] = time.time()
+        try:
+            self.handle.write(json.dumps(data, default=str) + "\n")
+        except ValueError:  # closed at interpreter exit
+            pass
+
+    def beat(self, force: bool = False) -> None:
+        now = time.time()
+        if force or now - self._last_beat > 0.2:
+            self._last_beat = now
+            with self._open(self.heartbeat_path, "w") as handle:
+                handle.write(f"{now}\n")
+
+
+# ------------------------------------------------------------------ locations
+def _display(path: str) -> str:
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _user_location(script_dir: str, skip: int = 2) -> Optional[str]:
+    """file:line of the innermost frame in the user's code (not torch, not us)."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if _is_user_file(filename, script_dir):
+            return f"{_display(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def _is_user_file(filename: str, script_dir: str) -> bool:
+    if filename.startswith("<") or filename.startswith(_HERE):
+        return False
+    path = os.path.abspath(filename)
+    if "site-packages" in path or "dist-packages" in path:
+        return False
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        if path.startswith(os.path.join(prefix, "lib")):
+            return False
+    return True
+
+
+# ------------------------------------------------------------------ the hooks
+class Harness:
+    def __init__(self, script: str) -> None:
+        self.script = os.path.abspath(script)
+        self.script_dir = os.path.dirname(self.script)
+        self.directory = os.environ[ENV_DIR]
+        self.mode = os.environ.get(ENV_MODE, "distributed")
+        rank = os.environ.get("RANK")
+        self.rank = int(rank) if rank is not None else None
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.name = "original" if self.mode == "original" else f"rank{self.rank if self.rank is not None else 0}"
+        self.max_steps = int(os.environ.get(ENV_MAX_STEPS, "20"))
+        self.epoch_batches = int(os.environ.get(ENV_EPOCH_BATCHES, "0"))
+        self.timeout = float(os.environ.get(ENV_TIMEOUT, "120"))
+        self.rec = Recorder(self.directory, self.name)
+        self.steps = 0
+        self.ddp_params: set = set()
+        self.last_optimizer = None
+        self.passes: Dict[int, int] = {}
+        self.loader_sites: Dict[int, Optional[str]] = {}
+        self.open_passes: List["_RecordingIter"] = []
+        self.written: set = set()
+        self._stack_file = None
+
+    # -- set-up ------------------------------------------------------------
+    def install(self) -> None:
+        self._stack_file = builtins.open(os.path.join(self.directory, f"stack-{self.name}.txt"), "w")
+        if hasattr(signal, "SIGUSR1"):
+            faulthandler.register(signal.SIGUSR1, file=self._stack_file, all_threads=True)
+        self.rec.event(
+            "start",
+            pid=os.getpid(),
+            rank=self.rank,
+            local_rank=self.local_rank,
+            world_size=int(os.environ.get("WORLD_SIZE", "1")),
+            group_rank=os.environ.get("GROUP_RANK"),
+            script=self.script,
+            mode=self.mode,
+        )
+        import torch
+
+        if os.environ.get(ENV_DETERMINISTIC) == "1":
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cudnn.benchmark = False
+        self._patch_process_group(torch)
+        self._patch_ddp(torch)
+        self._patch_optimizer(torch)
+        self._patch_loader(torch)
+        self._patch_writes(torch)
+        self._patch_set_device(torch)
+        self._cpu_sync_batchnorm(torch)
+
+    def _cpu_sync_batchnorm(self, torch) -> None:
+        """SyncBatchNorm has no CPU kernel: on a CPU run, keep plain BatchNorm, say so."""
+        if torch.cuda.is_available():
+            return
+        harness = self
+
+        def keep_batchnorm(module, process_group=None):
+            harness.rec.event(
+                "note",
+                text="SyncBatchNorm has no CPU kernel: on this CPU run convert_sync_batchnorm() "
+                "was skipped and plain BatchNorm used (each rank normalises its own batch)",
+            )
+            return module
+
+        torch.nn.SyncBatchNorm.convert_sync_batchnorm = staticmethod(keep_batchnorm)
+
+    def _patch_process_group(self, torch) -> None:
+        import torch.distributed as dist
+
+        original = dist.init_process_group
+        harness = self
+
+        def init_process_group(*args, **kwargs):
+            if "timeout" not in kwargs:
+                kwargs["timeout"] = timedelta(seconds=harness.timeout + 30)
+            result = original(*args, **kwargs)
+            harness.rec.event(
+                "init",
+                backend=str(dist.get_backend()),
+                world_size=dist.get_world_size(),
+                rank=dist.get_rank(),
+                where=_user_location(harness.script_dir),
+            )
+            return result
+
+        init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
+        dist.init_process_group = init_process_group
+        dist.distributed_c10d.init_process_group = init_process_group
+
+    def _patch_ddp(self, torch) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        original = DistributedDataParallel.__init__
+        harness = self
+
+        def __init__(self, module, *args, **kwargs):
+            original(self, module, *args, **kwargs)
+            ids = {id(p) for p in module.parameters()}
+            harness.ddp_params |= ids
+            harness.rec.event(
+                "ddp",
+                params=len(ids),
+                module=type(module).__name__,
+                where=_user_location(harness.script_dir),
+            )
+
+        DistributedDataParallel.__init__ = __init__
+
+    def _patch_optimizer(self, torch) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(self._after_step)
+
+    def _after_step(self, optimizer, args, kwargs) -> None:
+        self.steps += 1
+        self.last_optimizer = optimizer
+        self.rec.beat()
+        if self.steps == 1:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            wrapped = sum(1 for p in params if id(p) in self.ddp_params)
+            self.rec.event(
+                "first_step",
+                params=len(params),
+                wrapped=wrapped,
+                optimizer=type(optimizer).__name__,
+                where=_user_location(self.script_dir, skip=3),
+                checksum=self._checksum(optimizer),
+            )
+        if self.steps >= self.max_steps:
+            self.finish_params("budget")
+            raise BudgetReached()
+
+    def _checksum(self, optimizer) -> Dict[str, Any]:
+        import hashlib
+
+        digest = hashlib.blake2b(digest_size=16)
+        total = 0.0
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                data = p.detach().cpu().contiguous()
+                total += float(data.double().sum())
+                try:
+                    digest.update(data.view(-1).numpy().tobytes())
+                except Exception:  # no numpy, or a dtype numpy lacks
+                    digest.update(repr(data.double().sum().item()).encode())
+        return {"hash": digest.hexdigest(), "sum": total}
+
+    def finish_params(self, reason: str) -> None:
+        optimizer = self.last_optimizer
+        if optimizer is None:
+            return
+        self.rec.event("last_step", steps=self.steps, reason=reason, checksum=self._checksum(optimizer))
+        if self.rank in (None, 0):
+            import torch
+
+            params = [p.detach().cpu().clone() for g in optimizer.param_groups for p in g["params"]]
+            _REAL_SAVE(params, os.path.join(self.directory, f"params-{self.name}.pt"))
+
+    def _patch_loader(self, torch) -> None:
+        from torch.utils.data import dataloader as dl
+
+        harness = self
+        base = dl._BaseDataLoaderIter
+        original_init = base.__init__
+        original_reset = base._reset
+        original_loader_init = dl.DataLoader.__init__
+
+        def loader_init(self, *args, **kwargs):
+            original_loader_init(self, *args, **kwargs)
+            harness.loader_sites[id(self)] = _user_location(harness.script_dir)
+
+        def init(self, loader):
+            original_init(self, loader)
+            self._sampler_iter = _RecordingIter(harness, loader, self._sampler_iter)
+
+        def reset(self, loader, first_iter=False):
+            original_reset(self, loader, first_iter)
+            self._sampler_iter = _RecordingIter(harness, loader, self._sampler_iter)
+
+        dl.DataLoader.__init__ = loader_init
+        base.__init__ = init
+        base._reset = reset
+
+    def _patch_writes(self, torch) -> None:
+        harness = self
+        real_open = builtins.open
+        global _REAL_SAVE
+        _REAL_SAVE = torch.save
+
+        def save(obj, f, *args, **kwargs):
+            path = _path_of(f)
+            if path is not None:
+                harness.wrote(path, "torch.save")
+            return _REAL_SAVE(obj, f, *args, **kwargs)
+
+        def open_(file, mode="r", *args, **kwargs):
+            if isinstance(mode, str) and any(c in mode for c in "wax+"):
+                path = _path_of(file)
+                if path is not None:
+                    harness.wrote(path, "open")
+            return real_open(file, mode, *args, **kwargs)
+
+        torch.save = save
+        import torch.serialization
+
+        torch.serialization.save = save
+        builtins.open = open_
+        io.open = open_
+
+    def wrote(self, path: str, how: str) -> None:
+        if path in self.written or not _tracked(path, self.directory):
+            return
+        self.written.add(path)
+        self.rec.event("write", path=path, how=how, step=self.steps, where=_user_location(self.script_dir, skip=3))
+
+    def _patch_set_device(self, torch) -> None:
+        original = torch.cuda.set_device
+        harness = self
+
+        def set_device(device):
+            index = device.index if hasattr(device, "index") else device
+            harness.rec.event("set_device", index=index, where=_user_location(harness.script_dir))
+            return original(device)
+
+        torch.cuda.set_device = set_device
+
+    # -- running -----------------------------------------------------------
+    def run(self, args: List[str]) -> int:
+        sys.argv = [self.script, *args]
+        sys.path.insert(0, self.script_dir)
+        code = 0
+        try:
+            runpy.run_path(self.script, run_name="__main__")
+            self.finish_params("completed")
+            reason = "completed"
+        except BudgetReached:
+            reason = "budget"
+        except SystemExit as exc:
+            status = exc.code
+            if status in (None, 0):
+                self.finish_params("completed")
+                reason = "completed"
+            else:
+                reason = "exit"
+                code = status if isinstance(status, int) else 1
+                self.rec.event("crash", traceback=f"SystemExit({status!r})", where=None)
+        except BaseException as exc:  # the script crashed on this rank
+            reason = "crash"
+            code = 1
+            tb = traceback.format_exc()
+            self.rec.event("crash", traceback=tb, where=_exception_location(exc, self.script_dir))
+        for recording in list(self.open_passes):
+            recording.close()
+        self.rec.event("end", reason=reason, steps=self.steps)
+        return code
+
+
+class _RecordingIter:
+    """Wraps a DataLoader iterator's index iterator: records the pass, stops it
+    after the per-epoch batch limit.  Nothing is drawn before the loader asks
+    (a RandomSampler's seed comes from the global RNG: draw order is kept)."""
+
+    def __init__(self, harness: Harness, loader, inner) -> None:
+        self.harness = harness
+        self.loader = loader
+        self.inner = inner
+        self.started = False
+        self.batches = 0
+        self.indices: List[int] = []
+        self.closed = False
+
+    def __iter__(self):
+        return self
+
+    def _start(self) -> None:
+        from torch.utils.data import DistributedSampler
+
+        self.started = True
+        harness = self.harness
+        key = id(self.loader)
+        harness.passes[key] = harness.passes.get(key, -1) + 1
+        self.number = harness.passes[key]
+        self.start_step = harness.steps
+        sampler = getattr(self.loader, "sampler", None)
+        info: Dict[str, Any] = {"sampler": type(sampler).__name__ if sampler is not None else None}
+        try:
+            info["dataset_len"] = len(self.loader.dataset)
+        except TypeError:
+            info["dataset_len"] = None
+        if isinstance(sampler, DistributedSampler):
+            info.update(
+                shuffle=bool(sampler.shuffle),
+                num_replicas=sampler.num_replicas,
+                sampler_rank=sampler.rank,
+                epoch=sampler.epoch,
+                drop_last=bool(sampler.drop_last),
+                shard=list(iter(sampler)),  # deterministic for a given epoch: no side effect
+            )
+        else:
+            info["shuffle"] = type(sampler).__name__ == "RandomSampler"
+            try:
+                info["sampler_len"] = len(sampler)
+            except TypeError:
+                info["sampler_len"] = None
+        self.info = info
+        harness.open_passes.append(self)
+
+    def __next__(self):
+        if not self.started:
+            self._start()
+        harness = self.harness
+        harness.rec.beat()
+        if harness.epoch_batches and self.batches >= harness.epoch_batches:
+            self.close()
+            raise StopIteration
+        try:
+            batch = next(self.inner)
+        except StopIteration:
+            self.close()
+            raise
+        self.batches += 1
+        if isinstance(batch, (list, tuple)):
+            self.indices.extend(int(i) for i in batch if isinstance(i, int) or hasattr(i, "__index__"))
+        elif hasattr(batch, "__index__"):
+            self.indices.append(int(batch))
+        return batch
+
+    def close(self) -> None:
+        if self.closed or not self.started:
+            return
+        self.closed = True
+        harness = self.harness
+        if self in harness.open_passes:
+            harness.open_passes.remove(self)
+        harness.rec.event(
+            "pass",
+            loader=id(self.loader),
+            where=harness.loader_sites.get(id(self.loader)),
+            number=self.number,
+            start_step=self.start_step,
+            end_step=harness.steps,
+            batches=self.batches,
+            indices=self.indices,
+            **self.info,
+        )
+
+
+_REAL_SAVE = None
+
+
+def _path_of(f) -> Optional[str]:
+    if isinstance(f, int):
+        return None
+    if isinstance(f, (str, bytes, os.PathLike)):
+        path = os.fsdecode(os.fspath(f))
+    else:
+        path = getattr(f, "name", None)
+        if not isinstance(path, str):
+            return None
+    return os.path.abspath(path)
+
+
+def _tracked(path: str, record_dir: str) -> bool:
+    """Files the user's script writes (not our records, not caches and devices)."""
+    if path.startswith(os.path.abspath(record_dir)):
+        return False
+    if path.startswith(("/dev/", "/proc/", "/sys/")):
+        return False
+    for prefix in {sys.prefix, sys.base_prefix, os.path.expanduser("~/.cache")}:
+        if path.startswith(os.path.abspath(prefix) + os.sep):
+            return False
+    return True
+
+
+def _exception_location(exc: BaseException, script_dir: str) -> Optional[str]:
+    where = None
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        if _is_user_file(frame.f_code.co_filename, script_dir):
+            where = f"{_display(frame.f_code.co_filename)}:{line}"
+    return where
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print("usage: python -m dp2ddp.verify.harness SCRIPT [ARGS...]", file=sys.stderr)
+        raise SystemExit(2)
+    harness = Harness(argv[0])
+    harness.install()
+    code = harness.run(argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # leave without the interpreter's teardown: a script stopped mid-epoch may
+    # hold loader workers or a process group whose teardown could block
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

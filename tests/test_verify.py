@@ -1,0 +1,188 @@
+"""`dp2ddp verify`: a correct DDP script passes every check; a script with one
+fault fails that check, with a useful message, within the timeout, and leaves no
+process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+SCRIPT = FIXTURES / "verify" / "train.py"
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return tmp_path
+
+
+def run(fault: str = "", **kwargs):
+    from dp2ddp.verify import VerifyOptions, verify
+
+    options = VerifyOptions(
+        script=str(SCRIPT),
+        args=["--fault", fault] if fault else [],
+        nproc_per_node=kwargs.pop("nproc_per_node", 2),
+        keep=True,
+        **{"timeout": 30.0, **kwargs},
+    )
+    report = verify(options)
+    _assert_no_process_left(report.run_dir)
+    shutil.rmtree(report.run_dir, ignore_errors=True)
+    return report
+
+
+def _assert_no_process_left(run_dir):
+    pids = []
+    for name in os.listdir(run_dir):
+        if name.endswith(".jsonl"):
+            first = json.loads(Path(run_dir, name).read_text().splitlines()[0])
+            pids.append(first["pid"])
+    assert pids
+    deadline = time.time() + 5
+    alive = pids
+    while alive and time.time() < deadline:
+        alive = [p for p in alive if _alive(p)]
+        time.sleep(0.05)
+    assert not alive, f"processes left behind: {alive}"
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie child of this process is not running
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split()[2] != "Z"
+
+
+def by_name(report):
+    return {c.name: c for c in report.checks}
+
+
+def test_correct_script_passes_every_check(workdir):
+    report = run()
+    checks = by_name(report)
+    assert report.ok, [c.to_dict() for c in report.checks if c.status == "fail"]
+    for name in ("process-group", "ddp-wrapped", "data-sharded", "set-epoch", "in-sync",
+                 "single-writer", "no-hang", "no-crash"):
+        assert checks[name].status == "pass", checks[name].to_dict()
+    assert "backend gloo" in checks["process-group"].message
+    assert "2 disjoint shards covering 256 of 256" in checks["data-sharded"].message
+    assert report.duration < 60
+
+
+@pytest.mark.parametrize(
+    "fault, check, words",
+    [
+        ("no-init", "process-group", "never called init_process_group"),
+        ("not-wrapped", "ddp-wrapped", "0 of them in a DistributedDataParallel model"),
+        ("unsharded", "data-sharded", "every rank iterates the whole dataset"),
+        ("no-set-epoch", "set-epoch", "same order"),
+        ("diverge", "in-sync", "hold different parameters"),
+        ("every-rank-saves", "single-writer", "checkpoint.pt is written by ranks [0, 1]"),
+    ],
+)
+def test_fault_fails_its_check(workdir, fault, check, words):
+    report = run(fault)
+    result = by_name(report)[check]
+    assert not report.ok
+    assert result.status == "fail", result.to_dict()
+    assert words in result.message
+    assert result.advice
+    if check != "in-sync":
+        assert result.location and "train.py:" in result.location
+
+
+def test_hang_is_stopped_within_the_timeout_with_stacks(workdir):
+    started = time.time()
+    report = run("hang", timeout=6.0)
+    elapsed = time.time() - started
+    hang = by_name(report)["no-hang"]
+    assert hang.status == "fail"
+    assert elapsed < 6.0 + 15
+    assert "train.py:" in (hang.location or "")
+    stacks = hang.details["stacks"]
+    assert set(stacks) == {"0", "1"} and all("File" in s for s in stacks.values())
+
+
+def test_crash_is_reported_with_rank_and_traceback(workdir):
+    report = run("crash")
+    crash = by_name(report)["no-crash"]
+    assert crash.status == "fail"
+    assert crash.rank == 1
+    assert "simulated" in crash.details["traceback"] and "rank 1 crashed" in crash.message
+    assert "train.py:" in crash.location
+
+
+def test_two_simulated_machines_expose_local_rank_assumptions(workdir):
+    one = run("local-rank-saves")
+    assert by_name(one)["single-writer"].status == "pass"
+    two = run("local-rank-saves", nnodes=2)
+    assert two.world_size == 4 and two.launcher == "torchrun"
+    writer = by_name(two)["single-writer"]
+    assert writer.status == "fail" and "ranks [0, 2]" in writer.message
+    assert by_name(two)["process-group"].status == "pass"
+
+
+def test_against_the_original(workdir):
+    case = FIXTURES / "e2e" / "dp_classifier"
+    shutil.copy(case / "before" / "train.py", workdir / "original.py")
+    shutil.copy(case / "after" / "train.py", workdir / "converted.py")
+    from dp2ddp.verify import VerifyOptions, verify
+
+    good = verify(VerifyOptions(script="converted.py", args=["--epochs", "2"], against="original.py"))
+    match = by_name(good)["matches-original"]
+    assert match.status == "pass", match.to_dict()
+    assert match.details["max_difference"] < 1e-4
+    # a conversion that forgot to divide the batch trains a different model
+    text = (workdir / "converted.py").read_text()
+    (workdir / "wrong.py").write_text(
+        text.replace("batch_size=per_rank_batch_size(args.batch_size)", "batch_size=args.batch_size")
+    )
+    bad = verify(VerifyOptions(script="wrong.py", args=["--epochs", "2"], against="original.py"))
+    mismatch = by_name(bad)["matches-original"]
+    assert mismatch.status == "fail" and mismatch.details["max_difference"] > 1e-4
+
+
+def test_device_check_flags_global_rank_as_device():
+    from dp2ddp.verify.checks import Records, check_devices
+
+    records = Records(
+        ranks={
+            0: [{"event": "start", "local_rank": 0}, {"event": "set_device", "index": 0}],
+            2: [{"event": "start", "local_rank": 0}, {"event": "set_device", "index": 2, "where": "t.py:9"}],
+        },
+        stacks={},
+        logs={},
+    )
+    result = check_devices(records)
+    assert result.status == "fail" and result.rank == 2 and "global rank" in result.message
+
+
+def test_cli_json_and_exit_codes(workdir):
+    cmd = [sys.executable, "-m", "dp2ddp", "verify", "--format", "json", str(SCRIPT), "--", "--epochs", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ok"] and data["world_size"] == 2
+    assert [c["id"] for c in data["checks"]] == list(range(1, 10))
+    text_cmd = [sys.executable, "-m", "dp2ddp", "verify", str(SCRIPT), "--", "--fault", "unsharded"]
+    bad = subprocess.run(text_cmd, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "✗ 3." in bad.stdout
+    usage = subprocess.run([sys.executable, "-m", "dp2ddp", "verify", "missing.py"], capture_output=True, text=True)
+    assert usage.returncode == 2
