@@ -18,12 +18,20 @@ Nothing here imports LibCST or torch.
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 from . import _names as N
 
 # ------------------------------------------------------------------ the file
+def decode(data: bytes) -> str:
+    """Text of a Python file, honouring its coding cookie and BOM (PEP 263)."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
+
+
 class Source:
     """A parsed file and the lookups the rules share (computed lazily)."""
 
@@ -32,20 +40,42 @@ class Source:
         self.text = text
         self.lines = text.splitlines()
         self.tree = tree if tree is not None else ast.parse(text, filename=path)
+        self._nodes: Optional[List[ast.AST]] = None
         self._parents: Optional[Dict[ast.AST, ast.AST]] = None
         self._aliases: Optional[Dict[str, str]] = None
         self._calls: Optional[List[ast.Call]] = None
+        self._qualnames: Dict[int, str] = {}
+        self.cache: Dict[str, object] = {}
 
     # -- structure ---------------------------------------------------------
+    def _index(self) -> None:
+        """One walk of the tree: every node, parent links, calls."""
+        nodes: List[ast.AST] = []
+        parents: Dict[ast.AST, ast.AST] = {}
+        todo = [self.tree]
+        while todo:
+            node = todo.pop()
+            nodes.append(node)
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+                todo.append(child)
+        self._nodes = nodes
+        self._parents = parents
+        self._calls = sorted(
+            (n for n in nodes if isinstance(n, ast.Call)), key=lambda c: (c.lineno, c.col_offset)
+        )
+
+    @property
+    def nodes(self) -> List[ast.AST]:
+        if self._nodes is None:
+            self._index()
+        return self._nodes  # type: ignore[return-value]
+
     @property
     def parents(self) -> Dict[ast.AST, ast.AST]:
         if self._parents is None:
-            parents: Dict[ast.AST, ast.AST] = {}
-            for node in ast.walk(self.tree):
-                for child in ast.iter_child_nodes(node):
-                    parents[child] = node
-            self._parents = parents
-        return self._parents
+            self._index()
+        return self._parents  # type: ignore[return-value]
 
     def parent(self, node: ast.AST) -> Optional[ast.AST]:
         return self.parents.get(node)
@@ -65,11 +95,27 @@ class Source:
     @property
     def calls(self) -> List[ast.Call]:
         if self._calls is None:
-            self._calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
-        return self._calls
+            self._index()
+        return self._calls  # type: ignore[return-value]
+
+    def of_type(self, *types: type) -> List[ast.AST]:
+        return [n for n in self.nodes if isinstance(n, types)]
 
     def segment(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.text, node) or ""
+        """The source text of ``node`` (ast columns are UTF-8 byte offsets)."""
+        try:
+            start, end = node.lineno, node.end_lineno  # type: ignore[attr-defined]
+            col, end_col = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+        except AttributeError:
+            return ""
+        if start is None or end is None or end_col is None or start > len(self.lines):
+            return ""
+        if start == end:
+            return self.lines[start - 1].encode()[col:end_col].decode("utf-8", "replace")
+        first = self.lines[start - 1].encode()[col:].decode("utf-8", "replace")
+        middle = self.lines[start : end - 1]
+        last = self.lines[end - 1].encode()[:end_col].decode("utf-8", "replace")
+        return "\n".join([first, *middle, last])
 
     # -- names -------------------------------------------------------------
     @property
@@ -77,7 +123,7 @@ class Source:
         """Local name -> qualified name, from every import in the file."""
         if self._aliases is None:
             aliases: Dict[str, str] = {}
-            for node in ast.walk(self.tree):
+            for node in self.of_type(ast.Import, ast.ImportFrom):
                 if isinstance(node, ast.Import):
                     for alias in node.names:
                         if alias.asname:
@@ -94,6 +140,13 @@ class Source:
 
     def qualname(self, node: Optional[ast.AST]) -> str:
         """Qualified name of a Name/Attribute chain ('' when it is not one)."""
+        key = id(node)
+        cached = self._qualnames.get(key)
+        if cached is None:
+            cached = self._qualnames[key] = self._qualname(node)
+        return cached
+
+    def _qualname(self, node: Optional[ast.AST]) -> str:
         parts: List[str] = []
         while isinstance(node, ast.Attribute):
             parts.append(node.attr)
@@ -160,17 +213,30 @@ def is_false(node: Optional[ast.AST]) -> bool:
 # ------------------------------------------------------------------ what kind of file
 def uses_distributed(src: Source) -> bool:
     """The file is DDP code: it imports torch.distributed or the DDP wrapper."""
-    return any(
-        q.startswith("torch.distributed") or q in N.DDP or q in N.DISTRIBUTED_SAMPLER
-        for q in src.aliases.values()
-    ) or any(src.qualname(c.func) in N.DDP | N.INIT_PROCESS_GROUP for c in src.calls)
+    if "uses_distributed" not in src.cache:
+        src.cache["uses_distributed"] = _uses_distributed(src)
+    return src.cache["uses_distributed"]  # type: ignore[return-value]
+
+
+def _uses_distributed(src: Source) -> bool:
+    """DDP code calls into torch.distributed or builds a DDP / DistributedSampler
+    (importing it is not enough: library modules import it for utilities)."""
+    wanted = N.DDP | N.DISTRIBUTED_SAMPLER
+    for call in src.calls:
+        name = src.qualname(call.func)
+        if name in wanted or name.startswith("torch.distributed."):
+            return True
+    return False
 
 
 def ddp_wrapped_names(src: Source) -> Set[str]:
     """Names (``model``, ``self.model``) assigned a DistributedDataParallel."""
+    if "ddp_wrapped" in src.cache:
+        return src.cache["ddp_wrapped"]  # type: ignore[return-value]
     names = set()
-    for node in ast.walk(src.tree):
-        if isinstance(node, ast.Assign) and src.is_call(node.value, N.DDP):
+    src.cache["ddp_wrapped"] = names
+    for node in src.of_type(ast.Assign):
+        if src.is_call(node.value, N.DDP):
             for target in node.targets:
                 name = dotted(target)
                 if name:

@@ -100,6 +100,8 @@ class Transform(VisitorBasedCodemodCommand):
     #: Short kebab-case name of the transform.
     NAME: ClassVar[str] = ""
     DESCRIPTION: ClassVar[str] = ""
+    #: words without which the transform cannot change a file (empty: always run)
+    TRIGGERS: ClassVar[tuple] = ()
 
     METADATA_DEPENDENCIES = (
         QualifiedNameProvider,
@@ -475,6 +477,14 @@ class Transform(VisitorBasedCodemodCommand):
                 return candidate
         raise ValueError(f"no free name for helper {preferred}")
 
+    def parse_code(self, code: str) -> cst.Module:
+        """Parse code we generate, with the file's line ending also inside its
+        multi-line strings (a docstring would otherwise bring LF into a CRLF file)."""
+        newline = self.module.default_newline
+        if newline != "\n":
+            code = code.replace("\n", newline)
+        return cst.parse_module(code)
+
     def _module_function(self, name: str) -> Optional[cst.FunctionDef]:
         for stmt in self.module.body:
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
@@ -486,7 +496,7 @@ class Transform(VisitorBasedCodemodCommand):
         at = header_end(body)
         new: List[cst.BaseStatement] = []
         for code in self._helpers.values():
-            func = cst.parse_module(code).body[0]
+            func = self.parse_code(code).body[0]
             new.append(func.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
         if original_node in self._preambles:
             new.extend(self._preamble_statements(self._preambles[original_node]))

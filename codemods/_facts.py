@@ -1,27 +1,29 @@
 """Per-file facts that decide each file's role in the program (see ``FileRole``).
 
-One cheap metadata pass over the original module: does it train, wrap with
-DataParallel, set up DDP already, have a ``__main__`` block or module-level
-training, and which project modules does it import.
+Computed on the standard library's ``ast`` (fast, and CPython's own verdict on
+whether the file is valid): does the file train, wrap with DataParallel, build
+DataLoaders, set up DDP already, have a ``__main__`` block or module-level
+training, and which modules does it import.  Only the files that a conversion
+will touch are then parsed with LibCST.
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
-from typing import List, Optional, Set, Tuple
-
-import libcst as cst
-import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, QualifiedNameProvider
+from typing import Set, Tuple
 
 from . import _names as N
-from ._patterns import dotted_name
+from ._analysis import Source
 
 
 @dataclass
 class FileFacts:
     uses_torch: bool = False
     has_data_parallel: bool = False
+    #: any reference to DataParallel (a call, a base class, an isinstance check)
+    mentions_data_parallel: bool = False
+    has_data_loader: bool = False
     already_distributed: bool = False
     trains: bool = False
     has_main_guard: bool = False
@@ -30,96 +32,74 @@ class FileFacts:
     #: absolute module names imported, and (level, module) for relative imports
     imports: Set[str] = field(default_factory=set)
     relative_imports: Set[Tuple[int, str]] = field(default_factory=set)
-    #: names of module-level functions called from the __main__ block
-    main_calls: Set[str] = field(default_factory=set)
 
 
-class _FactsVisitor(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
-
-    def __init__(self, facts: FileFacts) -> None:
-        super().__init__()
-        self.facts = facts
-        self._depth = 0  # function/class nesting
-        self._in_main = 0
-
-    def _q(self, node: cst.CSTNode) -> Set[str]:
-        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
-
-    def visit_Import(self, node: cst.Import) -> None:
-        for alias in node.names:
-            name = dotted_name(alias.name)
-            self.facts.imports.add(name)
-            if name == "torch" or name.startswith("torch."):
-                self.facts.uses_torch = True
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        module = dotted_name(node.module) if node.module else ""
-        level = len(node.relative)
-        names = [] if isinstance(node.names, cst.ImportStar) else [
-            dotted_name(a.name) for a in node.names
-        ]
-        if level:
-            self.facts.relative_imports.add((level, module))
-            for name in names:
-                self.facts.relative_imports.add((level, f"{module}.{name}" if module else name))
-        else:
-            self.facts.imports.add(module)
-            for name in names:
-                self.facts.imports.add(f"{module}.{name}")
-            if module == "torch" or module.startswith("torch."):
-                self.facts.uses_torch = True
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._depth += 1
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._depth -= 1
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._depth += 1
-
-    def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        self._depth -= 1
-
-    def visit_If(self, node: cst.If) -> None:
-        if self._depth == 0 and _is_main_guard(node):
-            self.facts.has_main_guard = True
-            self._in_main += 1
-
-    def leave_If(self, node: cst.If) -> None:
-        if self._depth == 0 and _is_main_guard(node):
-            self._in_main -= 1
-
-    def visit_Call(self, node: cst.Call) -> None:
-        names = self._q(node.func)
-        trains = False
-        if names & N.DATA_PARALLEL:
-            self.facts.has_data_parallel = True
-        if names & (N.INIT_PROCESS_GROUP | N.DDP | N.SPAWN):
-            self.facts.already_distributed = True
-        if any(N.is_optimizer(n) for n in names) or m.matches(
-            node.func, m.Attribute(attr=m.Name("backward"))
-        ):
-            trains = True
-            self.facts.trains = True
-        if self._in_main and isinstance(node.func, cst.Name):
-            self.facts.main_calls.add(node.func.value)
-        if trains and self._depth == 0:
-            if self._in_main:
-                self.facts.main_guard_trains = True
-            else:
-                self.facts.module_level_trains = True
-
-
-def _is_main_guard(node: cst.If) -> bool:
-    test = node.test
-    if not m.matches(test, m.Comparison(left=m.Name("__name__"), comparisons=[m.ComparisonTarget(m.Equal(), m.SimpleString())])):
+def is_main_guard(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
         return False
-    return test.comparisons[0].comparator.evaluated_value == "__main__"
+    test = node.test
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    values = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return bool(names) and bool(values)
 
 
-def collect_facts(module: cst.Module) -> FileFacts:
+def collect_facts(src: Source) -> FileFacts:
     facts = FileFacts()
-    MetadataWrapper(module, unsafe_skip_copy=True).visit(_FactsVisitor(facts))
+    facts.uses_torch = any(q == "torch" or q.startswith("torch.") for q in src.aliases.values())
+    for node in src.nodes:
+        if isinstance(node, ast.Import):
+            facts.imports.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            names = [a.name for a in node.names if a.name != "*"]
+            if node.level:
+                facts.relative_imports.add((node.level, module))
+                for name in names:
+                    facts.relative_imports.add((node.level, f"{module}.{name}" if module else name))
+            else:
+                facts.imports.add(module)
+                facts.imports.update(f"{module}.{name}" for name in names)
+    if "DataParallel" in src.text or "data_parallel" in src.text:
+        dp_names = N.DATA_PARALLEL | N.DATA_PARALLEL_FUNCTION
+        facts.mentions_data_parallel = any(
+            isinstance(node, (ast.Name, ast.Attribute)) and src.qualname(node) in dp_names
+            for node in src.nodes
+        )
+    main_blocks = [s for s in src.tree.body if is_main_guard(s)]
+    facts.has_main_guard = bool(main_blocks)
+    for call in src.calls:
+        name = src.qualname(call.func)
+        if name in N.DATA_PARALLEL:
+            facts.has_data_parallel = True
+        if name in N.DATA_LOADER:
+            facts.has_data_loader = True
+        if name in N.INIT_PROCESS_GROUP or name in N.DDP or name in N.SPAWN:
+            facts.already_distributed = True
+        trains = N.is_optimizer(name) or (
+            isinstance(call.func, ast.Attribute) and call.func.attr == "backward"
+        )
+        if not trains:
+            continue
+        facts.trains = True
+        owner = _top_level_owner(src, call)
+        if owner is None:
+            facts.module_level_trains = True
+        elif owner in main_blocks:
+            facts.main_guard_trains = True
     return facts
+
+
+def _top_level_owner(src: Source, node: ast.AST):
+    """The module-level statement holding ``node`` -- None when it is at module
+    level outside any def/class/__main__ block (module-level training)."""
+    top = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            return anc
+        if isinstance(anc, ast.Module):
+            break
+        top = anc
+    return top if is_main_guard(top) else None

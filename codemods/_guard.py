@@ -21,7 +21,6 @@ import libcst as cst
 
 from . import _patterns as P
 from ._base import FileRole, Transform
-from ._facts import _is_main_guard
 
 
 class MainProcessGuard(Transform):
@@ -53,7 +52,7 @@ class MainProcessGuard(Transform):
                 return True
             if isinstance(anc, cst.ClassDef):
                 return False
-            if isinstance(anc, cst.If) and _is_main_guard(anc) and self.parent(anc) is self.module:
+            if isinstance(anc, cst.If) and P.is_main_guard(anc) and self.parent(anc) is self.module:
                 return self.role.is_entry
             if isinstance(anc, cst.Module):
                 return self.role.is_entry and self.role.entry_kind == "module"

@@ -349,3 +349,13 @@ def under_main_process_check(t: "Transform", node: cst.CSTNode) -> bool:
             return False
         child = anc
     return False
+
+
+def is_main_guard(node: cst.CSTNode) -> bool:
+    """``if __name__ == "__main__":``."""
+    if not isinstance(node, cst.If) or not m.matches(
+        node.test,
+        m.Comparison(left=m.Name("__name__"), comparisons=[m.ComparisonTarget(m.Equal(), m.SimpleString())]),
+    ):
+        return False
+    return string_value(node.test.comparisons[0].comparator) == "__main__"

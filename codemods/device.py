@@ -47,6 +47,7 @@ class RankDevice(Transform):
     CODE = "DDP005"
     NAME = "rank-device"
     DESCRIPTION = "Place model and batches on this process's device, not a hard-wired GPU."
+    TRIGGERS = ("cuda", "device")
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:

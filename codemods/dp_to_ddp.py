@@ -41,13 +41,13 @@ from libcst.codemod.visitors import RemoveImportsVisitor
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
-from ._facts import _is_main_guard
 
 
 class DataParallelToDDP(Transform):
     CODE = "DDP001"
     NAME = "data-parallel-to-ddp"
     DESCRIPTION = "Replace nn.DataParallel with DistributedDataParallel on this process's device."
+    TRIGGERS = ("DataParallel", "data_parallel")
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:
@@ -169,6 +169,8 @@ class DataParallelToDDP(Transform):
         return template.with_changes(args=args)
 
     def _isinstance(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if not self.role.in_program:
+            return updated  # a library's own DataParallel check is about DataParallel
         classes = original.args[1].value
         elements = classes.elements if isinstance(classes, cst.Tuple) else None
         if elements is None:
@@ -208,7 +210,7 @@ class DataParallelToDDP(Transform):
         ``else`` remains, ``if not cond: <else>``; device moves of the model in
         the ``else`` are dropped (the wrap moves it).
         """
-        if _is_main_guard(original_node):
+        if P.is_main_guard(original_node):
             return updated_node
         body = original_node.body.body
         index = next(

@@ -25,6 +25,7 @@ class LoadMapLocation(Transform):
     CODE = "DDP304"
     NAME = "load-map-location"
     DESCRIPTION = "Give torch.load a map_location: this process's device."
+    TRIGGERS = ("load",)
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:

@@ -51,6 +51,7 @@ class ModuleAccess(Transform):
     CODE = "DDP303"
     NAME = "module-access"
     DESCRIPTION = "Use model.module for state_dict and the model's own attributes after wrapping."
+    TRIGGERS = ("DistributedDataParallel",)
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:

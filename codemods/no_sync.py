@@ -45,6 +45,7 @@ class NoSyncAccumulation(Transform):
     CODE = "DDP203"
     NAME = "no-sync-accumulation"
     DESCRIPTION = "Run non-final gradient-accumulation micro-steps inside model.no_sync()."
+    TRIGGERS = ("backward",)
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:

@@ -32,6 +32,7 @@ class OutputOnMainProcess(MainProcessGuard):
     CODE = "DDP301"
     NAME = "output-on-main"
     DESCRIPTION = "Print, log, TensorBoard and wandb output from the main process only."
+    TRIGGERS = ("print", "info", "debug", "tqdm", "SummaryWriter", "wandb")
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -29,6 +29,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 
+from . import _patterns as P
 from ._base import FileRole, Transform, at_least_two_blank, blank_lines, header_end
 
 HELPER = '''
@@ -75,7 +76,7 @@ class ProcessGroupSetup(Transform):
 
     def _helper_def(self) -> cst.FunctionDef:
         code = HELPER.format(**self._names())
-        module = cst.parse_module(code)
+        module = self.parse_code(code)
         func = module.body[0]
         assert isinstance(func, cst.FunctionDef)
         return func
@@ -84,7 +85,7 @@ class ProcessGroupSetup(Transform):
         return cst.parse_statement(code)
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
-        if self.role.entry_kind != "main-block" or self._done or not _is_main_guard(original_node):
+        if self.role.entry_kind != "main-block" or self._done or not P.is_main_guard(original_node):
             return updated_node
         if self.parent(original_node) is not self.module:
             return updated_node
@@ -141,16 +142,6 @@ def _is_our_helper(stmt) -> bool:
 
 def _blank(count: int) -> list:
     return blank_lines(count)
-
-
-def _is_main_guard(node: cst.If) -> bool:
-    return m.matches(
-        node.test,
-        m.Comparison(
-            left=m.Name("__name__"),
-            comparisons=[m.ComparisonTarget(m.Equal(), m.SimpleString())],
-        ),
-    ) and node.test.comparisons[0].comparator.evaluated_value == "__main__"
 
 
 def _exits(stmt: cst.BaseStatement) -> bool:

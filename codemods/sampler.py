@@ -64,6 +64,7 @@ class DistributedSamplerTransform(Transform):
     CODE = "DDP101"
     NAME = "distributed-sampler"
     DESCRIPTION = "Give the training DataLoader a DistributedSampler (shuffle moved into it)."
+    TRIGGERS = ("DataLoader",)
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:

@@ -53,6 +53,7 @@ class SaveOnMainProcess(MainProcessGuard):
     CODE = "DDP302"
     NAME = "save-on-main"
     DESCRIPTION = "Guard torch.save (and the file operations after it) with a main-process check."
+    TRIGGERS = ("save",)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -39,6 +39,7 @@ class SetEpoch(Transform):
     CODE = "DDP102"
     NAME = "set-epoch"
     DESCRIPTION = "Call sampler.set_epoch(epoch) at the top of every epoch loop."
+    TRIGGERS = ("for ",)
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:

@@ -38,6 +38,7 @@ class WrapModel(Transform):
     CODE = "DDP009"
     NAME = "wrap-model"
     DESCRIPTION = "Wrap the model that the optimizer trains in DistributedDataParallel."
+    TRIGGERS = ("optim",)
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:

@@ -75,6 +75,7 @@ def cli() -> None:
 @click.option("--color/--no-color", default=None, help="Colour the diff (default: when stdout is a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 @click.option("--verify", "run_verify", is_flag=True, help="With --write: then run `dp2ddp verify` on each converted entry point.")
+@click.option("--allow-dirty", is_flag=True, help="With --write: also rewrite files that have uncommitted git changes.")
 @_internal_errors
 def convert(
     paths: List[Path],
@@ -89,6 +90,7 @@ def convert(
     color: Optional[bool],
     quiet: bool,
     run_verify: bool,
+    allow_dirty: bool,
 ) -> None:
     """Convert the scripts under PATHS to DistributedDataParallel.
 
@@ -114,6 +116,17 @@ def convert(
         show_diff = mode is None
     if color is None:
         color = sys.stdout.isatty()
+    if mode == "write" and not allow_dirty:
+        dirty = run.dirty_files(result)
+        if dirty:
+            listing = "\n".join(f"  {p}" for p in dirty)
+            click.echo(
+                "dp2ddp: refusing to rewrite files with uncommitted changes (your edits could "
+                f"not be told apart from the conversion):\n{listing}\n"
+                "Commit or stash them first, or pass --allow-dirty.",
+                err=True,
+            )
+            sys.exit(EXIT_FINDINGS)
     if show_diff:
         for file in result.changed:
             click.echo(report.diff(file, color=color), nl=False, color=color)

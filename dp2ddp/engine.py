@@ -18,6 +18,7 @@ Nothing here touches the file system; the CLI reads and writes.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import os
 import threading
@@ -30,6 +31,7 @@ from libcst.codemod import CodemodContext
 
 from dp2ddp.codemods import TRANSFORMS
 from dp2ddp.codemods._base import FileRole, Finding, Settings
+from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods._facts import FileFacts, collect_facts
 
 
@@ -126,14 +128,19 @@ def _resolve_imports(paths: Sequence[str], facts: Mapping[str, FileFacts]) -> Di
     return graph
 
 
-def assign_roles(facts: Mapping[str, FileFacts]) -> Dict[str, FileRole]:
+def assign_roles(
+    facts: Mapping[str, FileFacts], explicit: Optional[Set[str]] = None
+) -> Dict[str, FileRole]:
     """Each file's role in the program (see ``FileRole``).
 
-    An entry point is a file whose ``__main__`` block, or module-level code, leads
-    to training (an optimizer or a ``backward()`` in it or in what it imports).  The
-    program is the entries plus every file they import, transitively.  With no
-    entry among the files given (a library folder), every file counts as part of
-    the program, since some script outside will run it.
+    An entry point is a file whose ``__main__`` block, or module-level code,
+    leads to training (an optimizer or a ``backward()`` in it or in what it
+    imports) *and* whose program uses DataParallel or a DataLoader -- there is
+    something to distribute -- or that the user named explicitly.  The program is the entries plus every file they
+    import, transitively.  With no entry among the files given (a library
+    folder), the files that wrap with DataParallel or build DataLoaders are the
+    program, since some script outside will run them -- and so is a file the user
+    named explicitly (``explicit``; None: every file).
     """
     paths = list(facts)
     graph = _resolve_imports(paths, facts)
@@ -150,21 +157,31 @@ def assign_roles(facts: Mapping[str, FileFacts]) -> Dict[str, FileRole]:
             closures[start] = seen
         return closures[start]
 
+    def convertible(files: Set[str]) -> bool:
+        return any(facts[p].has_data_parallel or facts[p].has_data_loader for p in files)
+
     entries: Dict[str, str] = {}
     for path, f in facts.items():
+        if not (f.module_level_trains or f.has_main_guard):
+            continue
+        reach = closure(path)
+        if not convertible(reach) and not (explicit is None or path in explicit):
+            continue
         if f.module_level_trains:
             entries[path] = "module"
-        elif f.has_main_guard and any(facts[p].trains for p in closure(path)):
+        elif any(facts[p].trains for p in reach):
             entries[path] = "main-block"
     library_mode = not entries
     roles = {}
     for path, f in facts.items():
         owners = [e for e in entries if path in closure(e)]
         program = {p for e in owners for p in closure(e)}
+        named = explicit is None or path in explicit
+        in_program = bool(owners) or library_mode and (f.has_data_parallel or f.has_data_loader or named)
         roles[path] = FileRole(
             is_entry=path in entries,
             entry_kind=entries.get(path, ""),
-            in_program=library_mode or bool(owners),
+            in_program=in_program,
             single_device=bool(owners) and not any(facts[p].has_data_parallel for p in program),
             already_distributed=f.already_distributed
             or any(facts[e].already_distributed for e in owners),
@@ -211,32 +228,41 @@ def syntax_error(path: str, exc: Exception) -> str:
 
 
 def _check_compiles(path: str, data: bytes) -> None:
-    compile(data, path, "exec", dont_inherit=True, flags=0x400)  # PyCF_ONLY_AST
+    ast.parse(data, filename=path)
 
 
 def run_transforms(
     path: str, module: cst.Module, role: FileRole, settings: Settings
 ) -> tuple:
-    """Apply every transform that applies to ``role``; return (module, findings)."""
+    """Apply every transform that applies to ``role``; return (module, findings).
+
+    A transform whose ``TRIGGERS`` do not occur in the current code cannot
+    change anything and is skipped without building its metadata."""
     findings: List[Finding] = []
     original_code = module.code
+    code = original_code
     for transform_cls in TRANSFORMS:
         if not transform_cls.applies_to(role):
             continue
-        before = module.code
+        triggers = transform_cls.TRIGGERS
+        if triggers and not any(t in code for t in triggers):
+            continue
         context = CodemodContext(filename=path)
         transform = transform_cls(context, settings, role)
         try:
-            module = transform.transform_module(module)
+            new_module = transform.transform_module(module)
         except Exception as exc:  # a bug in a transform
             raise InternalError(
                 f"{path}: transform {transform_cls.NAME} crashed: {exc!r}\n{traceback.format_exc()}"
             ) from exc
-        line_map = LineMap(original_code, before)
+        line_map = LineMap(original_code, code)
         for finding in transform.findings:
             finding.line = line_map(finding.line)
             finding.path = path
             findings.append(finding)
+        if not new_module.deep_equals(module):
+            module = new_module
+            code = module.code
     return module, findings
 
 
@@ -244,10 +270,13 @@ def convert_sources(
     sources: Mapping[str, bytes],
     settings: Settings = Settings(),
     verify: bool = True,
+    explicit: Optional[Set[str]] = None,
 ) -> ConvertResult:
-    """Convert a whole program given as {path: bytes}."""
+    """Convert a whole program given as {path: bytes}.
+
+    ``explicit``: the files the user named (not found by walking a folder); None
+    means all of them.  See ``assign_roles``."""
     results: Dict[str, FileResult] = {}
-    modules: Dict[str, cst.Module] = {}
     facts: Dict[str, FileFacts] = {}
     for path, data in sources.items():
         result = FileResult(path=path, source=data)
@@ -256,30 +285,40 @@ def convert_sources(
             result.skipped = True
             continue
         try:
-            module = _parse(path, data)
-            _check_compiles(path, data)
-        except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
+            text = decode(data)
+            tree = ast.parse(data, filename=path)
+        except (SyntaxError, UnicodeDecodeError, ValueError, LookupError) as exc:
             result.error = syntax_error(path, exc)
             continue
-        except RecursionError:
+        except (RecursionError, MemoryError):
             result.error = f"{path}:1:1: cannot parse: nested too deeply"
             continue
-        modules[path] = module
-        facts[path] = collect_facts(module)
-    for path in list(modules):
-        if not facts[path].uses_torch:
-            results[path].skipped = True
-            del modules[path], facts[path]
-    roles = assign_roles(facts)
-    for path, module in modules.items():
+        file_facts = collect_facts(Source(path, text, tree))
+        if not file_facts.uses_torch:
+            result.skipped = True
+            continue
+        facts[path] = file_facts
+    roles = assign_roles(facts, explicit)
+    for path, role in roles.items():
         result = results[path]
-        result.role = roles[path]
+        result.role = role
+        if not (role.in_program or facts[path].mentions_data_parallel):
+            result.skipped = True  # nothing in this file takes part in the conversion
+            continue
         try:
-            new_module, findings = run_transforms(path, module, roles[path], settings)
+            module = _parse(path, result.source)
+        except Exception as exc:  # CPython accepts it, LibCST cannot analyse it
+            result.error = syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)")
+            continue
+        try:
+            new_module, findings = run_transforms(path, module, role, settings)
             new_module = format_changed(module, new_module)
             output = new_module.bytes
         except InternalError as exc:
             result.error, result.internal = str(exc), True
+            continue
+        except RecursionError:
+            result.error = f"{path}:1:1: too deeply nested to convert; left unchanged"
             continue
         except Exception as exc:  # pragma: no cover - defensive
             result.error = f"{path}: internal error: {exc!r}\n{traceback.format_exc()}"
@@ -288,11 +327,11 @@ def convert_sources(
         result.findings = findings
         result.output = output
     if verify:
-        _verify(results, settings)
+        _verify(results, settings, explicit)
     return ConvertResult(files=list(results.values()))
 
 
-def _verify(results: Dict[str, FileResult], settings: Settings) -> None:
+def _verify(results: Dict[str, FileResult], settings: Settings, explicit=None) -> None:
     """Every output parses, and converting the outputs again changes nothing."""
     outputs = {}
     for path, result in results.items():
@@ -310,7 +349,7 @@ def _verify(results: Dict[str, FileResult], settings: Settings) -> None:
         outputs[path] = result.output
     if not any(r.changed for r in results.values()):
         return
-    again = convert_sources(outputs, settings, verify=False)
+    again = convert_sources(outputs, settings, verify=False, explicit=explicit)
     for second in again.files:
         first = results[second.path]
         if first.changed and (second.changed or second.error):
@@ -459,7 +498,7 @@ def apply_transforms(path: str, source: bytes, names, settings: Settings = Setti
     except Exception as exc:  # noqa: BLE001 - any parse failure is the user's
         result.error = syntax_error(path, exc)
         return result
-    facts = collect_facts(module)
+    facts = collect_facts(Source(path, decode(source)))
     role = FileRole(
         is_entry=facts.module_level_trains or facts.has_main_guard and facts.trains,
         entry_kind="module" if facts.module_level_trains else "main-block",

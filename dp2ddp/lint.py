@@ -28,7 +28,7 @@ from fnmatch import fnmatch
 from pathlib import PurePath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from dp2ddp.codemods._analysis import Source
+from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods.rules import BY_CODE, RULES, Diagnostic, Rule
 from dp2ddp.config import LintConfig, matches
 
@@ -59,25 +59,11 @@ def selected_rules(config: LintConfig) -> List[Rule]:
     return rules
 
 
-def _trigger_pattern(rules: Sequence[Rule]) -> Optional[re.Pattern]:
-    words = sorted({w for r in rules for w in r.TRIGGERS})
-    if any(not r.TRIGGERS for r in rules if r.CODE not in ("DDP900", "DDP901")):
-        return None  # a rule without triggers must see every file
-    return re.compile("|".join(re.escape(w) for w in words)) if words else None
-
-
-def decode(data: bytes) -> str:
-    """Text of a Python file, honouring its coding cookie and BOM."""
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return data.decode(encoding)
-
-
 def lint_source(
     path: str,
     data: bytes,
     rules: Sequence[Rule],
     config: LintConfig = LintConfig(),
-    trigger: Optional[re.Pattern] = None,
     use_trigger: bool = True,
 ) -> Tuple[List[Diagnostic], bool]:
     """Diagnostics of one file, and whether it had to be parsed."""
@@ -89,9 +75,13 @@ def lint_source(
     if "\x00" in text:
         return _syntax(path, 1, 1, "not a Python source file (NUL bytes)", codes), False
     candidates = [r for r in rules if r.CODE not in ("DDP900", "DDP901")]
-    wants_noqa = "DDP901" in codes and "noqa" in text
-    if use_trigger and trigger is not None and not trigger.search(text) and not wants_noqa:
-        return [], False
+    wants_noqa = "DDP901" in codes and "noqa" in text and "DDP" in text
+    if use_trigger:
+        # every rule is about torch code: a file that never mentions torch is out of
+        # scope; and a rule runs only where its trigger words occur
+        candidates = [r for r in candidates if r.can_fire(text)] if "torch" in text else []
+        if not candidates and not wants_noqa:
+            return [], False
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
@@ -172,6 +162,14 @@ def _noqa_comments(src: Source) -> Dict[int, Tuple[Optional[Set[str]], int]]:
 
 
 def _apply_noqa(src: Source, found: List[Diagnostic], report_unused: bool) -> List[Diagnostic]:
+    # cheap first look: is a noqa on a line with a finding, or naming a DDP code?
+    lines = {d.line for d in found}
+    relevant = any(
+        "noqa" in text and (number in lines or "DDP" in text)
+        for number, text in enumerate(src.lines, 1)
+    )
+    if not relevant:
+        return found
     comments = _noqa_comments(src)
     if not comments:
         return found
@@ -187,11 +185,10 @@ def _apply_noqa(src: Source, found: List[Diagnostic], report_unused: bool) -> Li
         rule = BY_CODE["DDP901"]
         for line, (codes, column) in sorted(comments.items()):
             if codes is None:
-                unused = set() if used.get(line) else {"*"}
-            else:
-                unused = {c for c in codes if _OUR_CODE.match(c)} - used.get(line, set())
-            if unused and not (line in used and codes is None):
-                what = "noqa" if "*" in unused else f"noqa: {', '.join(sorted(unused))}"
+                continue  # a bare noqa may be meant for another tool
+            unused = {c for c in codes if _OUR_CODE.match(c)} - used.get(line, set())
+            if unused:
+                what = f"noqa: {', '.join(sorted(unused))}"
                 kept.append(
                     Diagnostic(
                         src.path, line, column, line, column, rule.CODE, rule.NAME, rule.SEVERITY,
@@ -205,10 +202,9 @@ def lint_sources(
     sources: Mapping[str, bytes], config: LintConfig = LintConfig(), use_trigger: bool = True
 ) -> LintResult:
     rules = selected_rules(config)
-    trigger = _trigger_pattern(rules)
     result = LintResult()
     for path, data in sources.items():
-        diagnostics, parsed = lint_source(path, data, rules, config, trigger, use_trigger)
+        diagnostics, parsed = lint_source(path, data, rules, config, use_trigger)
         result.files += 1
         result.parsed += int(parsed)
         result.diagnostics.extend(diagnostics)
@@ -230,7 +226,7 @@ def fixable(diagnostic: Diagnostic, unsafe: bool) -> bool:
 
 
 def fix_sources(
-    sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic], unsafe: bool
+    sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic], unsafe: bool, explicit=None
 ) -> Dict[str, "object"]:
     """Fixed bytes for the files whose findings can be fixed: {path: FileResult}."""
     from dp2ddp.engine import apply_transforms, convert_sources
@@ -242,7 +238,7 @@ def fix_sources(
     results: Dict[str, object] = {}
     if any("*" in names for names in wanted.values()):
         # DDP001: the fix is the conversion of the whole program
-        converted = convert_sources(dict(sources))
+        converted = convert_sources(dict(sources), explicit=explicit)
         for file in converted.files:
             if file.changed or file.error:
                 results[file.path] = file

@@ -14,6 +14,23 @@ from dp2ddp.files import ConcurrentModification, DiscoveryError, digest, discove
 # The engine (LibCST) is imported only by what converts: `dp2ddp lint` must start fast.
 
 
+def _git_toplevel(folder: Path):
+    import subprocess
+
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--show-toplevel"], capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def explicit_files(paths: Sequence[Path]) -> set:
+    """The files named on the command line (not found by walking a folder)."""
+    return {str(p) for p in paths if Path(p).is_file()}
+
+
 class ConvertRun:
     class UsageError(Exception):
         """Bad paths or options (exit code 2)."""
@@ -61,9 +78,35 @@ class ConvertRun:
         from dp2ddp.engine import convert_sources
 
         sources = self.read()
-        result = convert_sources(sources, self.settings)
+        result = convert_sources(sources, self.settings, explicit=explicit_files(self.paths))
         result.files.extend(self.read_errors)
         return result
+
+    def dirty_files(self, result) -> List[str]:
+        """Files it would modify that have uncommitted changes in their git work tree
+        (modified, staged or untracked); empty outside git."""
+        import subprocess
+
+        dirty: List[str] = []
+        by_root: Dict[str, List[Path]] = {}
+        for file in result.changed:
+            path = Path(file.path).resolve()
+            root = _git_toplevel(path.parent)
+            if root is not None:
+                by_root.setdefault(root, []).append(path)
+        for root, paths in by_root.items():
+            try:
+                out = subprocess.run(
+                    ["git", "-C", root, "status", "--porcelain", "-z", "--", *map(str, paths)],
+                    capture_output=True,
+                    check=True,
+                ).stdout.decode("utf-8", "replace")
+            except (OSError, subprocess.CalledProcessError):
+                continue
+            for entry in out.split("\0"):
+                if len(entry) > 3:
+                    dirty.append(str(Path(root, entry[3:])))
+        return dirty
 
     def write(self, result) -> list:
         """Write every converted file atomically; returns those written."""
@@ -123,7 +166,7 @@ class LintRun:
         from dp2ddp.lint import fix_sources
 
         written = []
-        for path, file in fix_sources(sources, diagnostics, unsafe).items():
+        for path, file in fix_sources(sources, diagnostics, unsafe, explicit_files(self.paths)).items():
             if file.error is not None:
                 (self.internal_errors if file.internal else self.write_errors).append(file.error)
                 continue

@@ -10,8 +10,11 @@ Use instead / Fix safety.  Positive and negative examples live in
 ``fixtures/rules/<CODE>/``.
 
 Rules look at the standard library's ``ast`` (see ``_analysis``), so that lint
-stays fast; ``TRIGGERS`` lists words without which the rule cannot fire, and a
-file containing none of the selected rules' triggers is never parsed.
+stays fast; ``TRIGGERS`` says which words a file must contain for the rule to
+be able to fire -- any one of the alternatives, an alternative being a word or a
+tuple of words that must all occur ("istributed" matches ``torch.distributed``
+and ``DistributedSampler``) -- and a file in which no selected rule can fire is
+never parsed.
 """
 
 from __future__ import annotations
@@ -69,8 +72,18 @@ class Rule:
     #: names of the convert transforms that fix it ("*" = the whole conversion)
     FIX_TRANSFORMS: ClassVar[Tuple[str, ...]] = ()
     FIX_DESCRIPTION: ClassVar[str] = ""
-    #: the rule cannot fire on a file that contains none of these words
-    TRIGGERS: ClassVar[Tuple[str, ...]] = ()
+    #: alternatives (a word, or a tuple of words that must all occur); empty: always
+    TRIGGERS: ClassVar[Tuple] = ()
+
+    @classmethod
+    def can_fire(cls, text: str) -> bool:
+        if not cls.TRIGGERS:
+            return True
+        for alternative in cls.TRIGGERS:
+            words = (alternative,) if isinstance(alternative, str) else alternative
+            if all(word in text for word in words):
+                return True
+        return False
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         raise NotImplementedError

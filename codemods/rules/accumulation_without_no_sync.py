@@ -55,12 +55,12 @@ class AccumulationWithoutNoSync(Rule):
     FIX = "safe"
     FIX_TRANSFORMS = ("no-sync-accumulation",)
     FIX_DESCRIPTION = "run the non-final micro-steps inside model.no_sync()"
-    TRIGGERS = ("backward",)
+    TRIGGERS = (("backward", "istributed"),)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
             return
-        for loop in ast.walk(src.tree):
+        for loop in src.nodes:
             if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
                 continue
             if calls_method(loop, "no_sync"):

@@ -30,9 +30,11 @@ class CollectiveInRankBranch(Rule):
     `local_rank`, `args.rank % ngpus`, `int(os.environ["RANK"])`; calls named
     `is_main_process()` / `is_master()`; variables named `is_main`, `master`...
 
-    The deliberate pairing used by some libraries -- a `barrier()` for the other
-    ranks before rank 0 downloads, and one for rank 0 after -- is recognised (two
-    or more rank-dependent barriers in one function) and not reported.
+    Symmetric code is not reported: the same collective in both branches
+    (`if rank == src: dist.gather(t, out, src) else: dist.gather(t, None, src)`),
+    a `return` in both branches, and the deliberate pairing used by some
+    libraries -- a `barrier()` for the other ranks before rank 0 downloads, and
+    one for rank 0 after (two or more rank-dependent barriers in one function).
 
     ## Why is this bad?
     A collective completes only when every rank of the group calls it. If only
@@ -62,7 +64,7 @@ class CollectiveInRankBranch(Rule):
     NAME = "collective-in-rank-branch"
     SEVERITY = "error"
     MESSAGE = "collective inside a branch that depends on the rank: the other ranks never reach it (deadlock)"
-    TRIGGERS = ("rank", "RANK", "main", "master")
+    TRIGGERS = (("istributed", "rank"), ("istributed", "RANK"), ("istributed", "main"), ("istributed", "master"))
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         paired = _paired_barrier_functions(src)
@@ -74,14 +76,24 @@ class CollectiveInRankBranch(Rule):
                 continue
             if src.qualname(call.func).endswith("barrier") and src.function_of(call) in paired:
                 continue
+            name = src.qualname(call.func)
+            if _other_branch_has(src, branch, call, lambda n: isinstance(n, ast.Call) and src.qualname(n.func) == name):
+                continue  # `if rank == src: gather(...) else: gather(...)`: every rank calls it
             yield self.diagnostic(src, call)
         if not uses_distributed(src):
             return
         wrapped = ddp_wrapped_names(src)
-        for node in ast.walk(src.tree):
-            if isinstance(node, (ast.Break, ast.Return)) and rank_branch(src, node) is not None:
+        for node in src.nodes:
+            branch = rank_branch(src, node) if isinstance(node, (ast.Break, ast.Return)) else None
+            if branch is not None:
+                kind_of = type(node)
+                if _other_branch_has(src, branch, node, lambda n: isinstance(n, kind_of)):
+                    continue  # the other ranks leave too
                 scope = _left_scope(src, node)
-                if scope is not None and _syncs(src, scope, wrapped):
+                # a break skips the rest of the loop's iterations (all of its body);
+                # a return skips what follows it in the function
+                after = 0 if isinstance(node, ast.Break) else node.lineno
+                if scope is not None and _syncs(src, scope, wrapped, after):
                     kind = "break" if isinstance(node, ast.Break) else "return"
                     yield self.diagnostic(
                         src,
@@ -89,6 +101,15 @@ class CollectiveInRankBranch(Rule):
                         f"rank-dependent {kind}: the other ranks go on to a collective "
                         "(DDP backward/forward, barrier) and wait forever",
                     )
+
+
+def _other_branch_has(src: Source, branch, node, predicate) -> bool:
+    """The branch of ``branch`` that does not hold ``node`` contains a match."""
+    inside_body = any(node is n or any(node is d for d in ast.walk(n)) for n in branch.body)
+    other = branch.orelse if inside_body else branch.body
+    if not isinstance(other, list):
+        other = [other]
+    return any(predicate(n) for stmt in other for n in ast.walk(stmt))
 
 
 def _paired_barrier_functions(src: Source) -> set:
@@ -109,13 +130,14 @@ def _left_scope(src: Source, node: ast.AST):
     return None
 
 
-def _syncs(src: Source, scope: ast.AST, wrapped: set) -> bool:
-    """The loop/function reaches a collective: backward, a DDP forward, a barrier..."""
+def _syncs(src: Source, scope: ast.AST, wrapped: set, after: int = 0) -> bool:
+    """The loop/function reaches a collective (after line ``after``): a backward
+    (DDP's gradient all-reduce), a DDP forward, a barrier..."""
     for sub in ast.walk(scope):
-        if isinstance(sub, ast.Call):
-            if is_collective(src, sub):
-                return True
-            if wrapped and dotted(sub.func) in wrapped:
-                return True
-    # a backward() in DDP code is the DDP gradient all-reduce
-    return calls_method(scope, "backward")
+        if not isinstance(sub, ast.Call) or sub.lineno <= after:
+            continue
+        if is_collective(src, sub) or (wrapped and dotted(sub.func) in wrapped):
+            return True
+        if isinstance(sub.func, ast.Attribute) and sub.func.attr == "backward":
+            return True
+    return False

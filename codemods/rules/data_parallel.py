@@ -54,7 +54,7 @@ class DataParallelInUse(Rule):
     TRIGGERS = ("DataParallel", "data_parallel")
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
-        for node in ast.walk(src.tree):
+        for node in src.nodes:
             if isinstance(node, ast.Call):
                 name = src.qualname(node.func)
                 if name in N.DATA_PARALLEL:

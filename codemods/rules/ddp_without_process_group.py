@@ -47,7 +47,7 @@ class DDPWithoutProcessGroup(Rule):
     NAME = "ddp-without-process-group"
     SEVERITY = "error"
     MESSAGE = "DistributedDataParallel/collective used but the process group is never initialised: call dist.init_process_group() first"
-    TRIGGERS = ("DistributedDataParallel", "barrier", "all_reduce", "broadcast", "all_gather", "reduce")
+    TRIGGERS = ("istributed",)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not _is_entry(src):
@@ -66,9 +66,10 @@ class DDPWithoutProcessGroup(Rule):
 
 
 def _is_entry(src: Source) -> bool:
-    for stmt in src.tree.body:
-        if isinstance(stmt, ast.If) and "__main__" in src.segment(stmt.test) and "__name__" in src.segment(stmt.test):
-            return True
+    from .._facts import is_main_guard
+
+    if any(is_main_guard(stmt) for stmt in src.tree.body):
+        return True
     return any(
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)

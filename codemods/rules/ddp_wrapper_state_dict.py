@@ -44,7 +44,7 @@ class DDPWrapperStateDict(Rule):
     FIX = "unsafe"
     FIX_TRANSFORMS = ("module-access",)
     FIX_DESCRIPTION = "save model.module.state_dict()"
-    TRIGGERS = ("state_dict",)
+    TRIGGERS = (("state_dict", "DistributedDataParallel"),)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         wrapped = ddp_wrapped_names(src)

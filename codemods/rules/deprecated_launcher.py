@@ -53,7 +53,7 @@ class DeprecatedLauncher(Rule):
                     if isinstance(arg, ast.Constant) and arg.value in ("--local_rank", "--local-rank"):
                         yield self.diagnostic(src, call)
                         break
-        for node in ast.walk(src.tree):
+        for node in src.nodes:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "torch.distributed.launch" in node.value:
                 if not isinstance(src.parent(node), ast.Expr):  # not a docstring
                     yield self.diagnostic(

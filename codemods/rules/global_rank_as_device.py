@@ -43,7 +43,7 @@ class GlobalRankAsDevice(Rule):
     NAME = "global-rank-as-device"
     SEVERITY = "warning"
     MESSAGE = "a global rank is used as a GPU index: use LOCAL_RANK (the GPU on this node) instead"
-    TRIGGERS = ("rank", "RANK")
+    TRIGGERS = (("rank", "cuda"), ("RANK", "cuda"), ("rank", "device_ids"), ("RANK", "device_ids"))
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         for call in src.calls:
@@ -62,7 +62,7 @@ class GlobalRankAsDevice(Rule):
             for node in candidates:
                 if is_global_rank_expr(src, node):
                     yield self.diagnostic(src, node)
-        for node in ast.walk(src.tree):
+        for node in src.nodes:
             if isinstance(node, ast.JoinedStr):
                 text = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
                 if text.startswith("cuda:"):

@@ -44,7 +44,7 @@ class HardCodedRendezvous(Rule):
     TRIGGERS = _KEYS
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
-        for node in ast.walk(src.tree):
+        for node in src.nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:
                     if (

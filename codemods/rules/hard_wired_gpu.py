@@ -44,7 +44,7 @@ class HardWiredGPU(Rule):
     NAME = "hard-wired-gpu"
     SEVERITY = "warning"
     MESSAGE = "GPU chosen by a literal index: every process lands on the same GPU; use the device of LOCAL_RANK"
-    TRIGGERS = ("cuda",)
+    TRIGGERS = (("cuda", "istributed"),)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
@@ -55,7 +55,13 @@ class HardWiredGPU(Rule):
                 if _int_literal(call.args[0]):
                     yield self.diagnostic(src, call)
                     continue
-            if name == "torch.device" and len(call.args) == 2 and _int_literal(call.args[1]):
+            if (
+                name == "torch.device"
+                and len(call.args) == 2
+                and isinstance(call.args[0], ast.Constant)
+                and call.args[0].value == "cuda"
+                and _int_literal(call.args[1])
+            ):
                 yield self.diagnostic(src, call)
                 continue
             ids = keyword(call, "device_ids")

@@ -42,7 +42,7 @@ class LoadWithoutMapLocation(Rule):
     FIX = "safe"
     FIX_TRANSFORMS = ("load-map-location",)
     FIX_DESCRIPTION = "add map_location=device"
-    TRIGGERS = ("load",)
+    TRIGGERS = (("load", "istributed"),)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):

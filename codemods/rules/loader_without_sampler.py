@@ -49,7 +49,7 @@ class LoaderWithoutDistributedSampler(Rule):
     FIX = "unsafe"
     FIX_TRANSFORMS = ("distributed-sampler", "set-epoch")
     FIX_DESCRIPTION = "add sampler=DistributedSampler(dataset, shuffle=...) and set_epoch"
-    TRIGGERS = ("DataLoader",)
+    TRIGGERS = (("DataLoader", "istributed"),)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):

@@ -51,6 +51,8 @@ class MissingSetDevice(Rule):
         inits = [c for c in src.calls if src.qualname(c.func) in N.INIT_PROCESS_GROUP]
         if not inits or any(keyword(c, "device_id") is not None for c in inits):
             return
+        if all(_backend(c) == "gloo" for c in inits):
+            return  # a CPU process group
         if any(src.qualname(c.func) in N.CUDA_SET_DEVICE for c in src.calls):
             return
         if not _uses_cuda(src):
@@ -59,12 +61,21 @@ class MissingSetDevice(Rule):
 
 
 def _uses_cuda(src: Source) -> bool:
-    if "cuda" not in src.text and "nccl" not in src.text:
+    if "nccl" in src.text:
+        return True
+    if "cuda" not in src.text:
         return False
     for call in src.calls:
         name = src.qualname(call.func)
         if name.endswith(".cuda") and not name.startswith("torch.cuda"):
             return True
-        if name == "torch.device" or "nccl" in src.segment(call):
+        if name == "torch.device":
             return True
     return False
+
+
+def _backend(call) -> object:
+    from .._analysis import argument
+
+    value = argument(call, 0, "backend")
+    return getattr(value, "value", None)

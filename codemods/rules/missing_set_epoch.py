@@ -54,7 +54,7 @@ class MissingSetEpoch(Rule):
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if "set_epoch" in src.text:
             return
-        if not any(is_epoch_loop(n) for n in ast.walk(src.tree)):
+        if not any(is_epoch_loop(n) for n in src.nodes):
             return
         for call in src.calls:
             if src.qualname(call.func) in N.DISTRIBUTED_SAMPLER and not is_false(argument(call, 3, "shuffle")):

@@ -47,7 +47,7 @@ class OutputOnEveryRank(Rule):
     FIX = "safe"
     FIX_TRANSFORMS = ("output-on-main",)
     FIX_DESCRIPTION = "put the output behind `if dist.get_rank() == 0:`"
-    TRIGGERS = ("print", "info", "debug")
+    TRIGGERS = (("print", "istributed"), ("info", "istributed"), ("debug", "istributed"))
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
@@ -73,11 +73,13 @@ class OutputOnEveryRank(Rule):
 
 def _loggers(src: Source) -> set:
     names = set()
-    for node in ast.walk(src.tree):
+    for node in src.nodes:
         if isinstance(node, ast.Assign) and src.is_call(node.value, N.LOGGER_FACTORY):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return names
 
 
 def _in_main_block(src: Source, node: ast.AST) -> bool:
-    return any(isinstance(a, ast.If) and "__main__" in src.segment(a.test) for a in src.ancestors(node))
+    from .._facts import is_main_guard
+
+    return any(is_main_guard(a) for a in src.ancestors(node))

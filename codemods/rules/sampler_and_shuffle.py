@@ -37,7 +37,7 @@ class SamplerAndShuffle(Rule):
     NAME = "sampler-and-shuffle"
     SEVERITY = "error"
     MESSAGE = "DataLoader with sampler= and shuffle=True raises ValueError: move shuffle into the sampler"
-    TRIGGERS = ("shuffle",)
+    TRIGGERS = (("shuffle", "sampler"),)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         for call in src.calls:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import ast
-import re
 from typing import Iterator, Optional
 
 from .. import _names as N
-from .._analysis import Source, on_main_process_only, uses_distributed
+from .._analysis import Source, is_rank_expr, on_main_process_only, uses_distributed
 from ._base import Diagnostic, Rule
 
 
@@ -17,9 +16,11 @@ class SaveOnEveryRank(Rule):
     In DDP code, reports `torch.save` that every rank reaches: not under a
     main-process check (`if dist.get_rank() == 0:`, `if is_main_process():`,
     `if args.local_rank in [-1, 0]:`, after `if rank != 0: return`), and not in a
-    function that this file only calls under such a check. A save helper
-    (`save_checkpoint`, `export_model`...) that this file never calls is not
-    reported: its callers elsewhere decide.
+    function that this file only calls under such a check. A function this file
+    never calls (an API: `save_checkpoint()` in a utilities module) is not
+    reported: its callers elsewhere decide. Neither is a save into an in-memory
+    buffer (`io.BytesIO`) or to a path that names the rank or comes from
+    `tempfile` (one file per rank).
 
     ## Why is this bad?
     All ranks hold the same weights and write the same path at the same time:
@@ -50,7 +51,7 @@ class SaveOnEveryRank(Rule):
     FIX = "safe"
     FIX_TRANSFORMS = ("save-on-main",)
     FIX_DESCRIPTION = "put torch.save behind `if dist.get_rank() == 0:`"
-    TRIGGERS = ("save",)
+    TRIGGERS = (("save", "istributed"),)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
@@ -58,33 +59,65 @@ class SaveOnEveryRank(Rule):
         for call in src.calls:
             if src.qualname(call.func) not in N.TORCH_SAVE or on_main_process_only(src, call):
                 continue
+            if len(call.args) >= 2 and (_in_memory(src, call.args[1]) or _per_rank(src, call.args[1])):
+                continue  # a BytesIO buffer, or one file per rank
             func = src.function_of(call)
             if func is not None and not _called_unguarded(src, func):
                 continue
             yield self.diagnostic(src, call)
 
 
-_SAVE_HELPER = re.compile(r"(?i)save|checkpoint|ckpt|export|dump|write|persist")
+def _per_rank(src: Source, target: ast.AST) -> bool:
+    """A path that differs between ranks: it names the rank, or comes from tempfile."""
+    if any(is_rank_expr(src, n) for n in ast.walk(target) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))):
+        return True
+    base = target.value if isinstance(target, ast.Attribute) else target
+    if not isinstance(base, ast.Name):
+        return src.qualname(getattr(target, "func", None)).startswith("tempfile.")
+    for node in src.of_type(ast.Assign, ast.withitem):
+        value = node.value if isinstance(node, ast.Assign) else node.context_expr
+        targets = node.targets if isinstance(node, ast.Assign) else [node.optional_vars]
+        if any(isinstance(t, ast.Name) and t.id == base.id for t in targets):
+            if isinstance(value, ast.Call) and src.qualname(value.func).startswith("tempfile."):
+                return True
+    return False
 
 
-def _called_unguarded(src: Source, func: ast.AST) -> bool:
-    """Some call of ``func`` in this file runs on every rank.  A function this file
-    never calls counts as reached by every rank -- unless its name says it is a
-    save helper, which callers elsewhere usually guard."""
-    name: Optional[str] = getattr(func, "name", None)
-    if name is None:
+def _in_memory(src: Source, target: ast.AST) -> bool:
+    if src.is_call(target, {"io.BytesIO", "io.StringIO"}):
+        return True
+    if not isinstance(target, ast.Name):
         return False
+    for node in src.of_type(ast.Assign, ast.withitem):
+        if isinstance(node, ast.Assign):
+            if any(isinstance(t, ast.Name) and t.id == target.id for t in node.targets):
+                if src.is_call(node.value, {"io.BytesIO", "io.StringIO"}):
+                    return True
+        elif isinstance(node.optional_vars, ast.Name) and node.optional_vars.id == target.id:
+            if src.is_call(node.context_expr, {"io.BytesIO", "io.StringIO"}):
+                return True
+    return False
+
+
+def _called_unguarded(src: Source, func: ast.AST, seen: Optional[set] = None) -> bool:
+    """Some call of ``func`` in this file runs on every rank.  A function this file
+    never calls is an API for callers elsewhere, which decide."""
+    name: Optional[str] = getattr(func, "name", None)
+    seen = set() if seen is None else seen
+    if name is None or func in seen:
+        return False
+    seen.add(func)
     calls = [
         c for c in src.calls
         if (isinstance(c.func, ast.Name) and c.func.id == name)
         or (isinstance(c.func, ast.Attribute) and c.func.attr == name)
     ]
     if not calls:
-        return not _SAVE_HELPER.search(name)
+        return False  # an API for callers elsewhere: they decide
     for call in calls:
         if on_main_process_only(src, call):
             continue
         outer = src.function_of(call)
-        if outer is None or outer is func or _called_unguarded(src, outer):
+        if outer is None or outer is func or _called_unguarded(src, outer, seen):
             return True
     return False

@@ -47,7 +47,7 @@ class SyncBatchNormAfterWrap(Rule):
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         wraps = []
-        for node in ast.walk(src.tree):
+        for node in src.nodes:
             if isinstance(node, ast.Assign) and src.is_call(node.value, N.DDP):
                 for target in node.targets:
                     wraps.append((dotted(target), src.function_of(node), node.lineno))

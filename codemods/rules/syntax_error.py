@@ -13,7 +13,9 @@ class SyntaxErrorRule(Rule):
     ## What it does
     Reports a file that does not parse as Python (Python 2 syntax, a merge
     conflict, an unfinished edit), at the line of the error. The other files are
-    still checked.
+    still checked. Only files that lint has to parse are concerned: a file in
+    which no selected rule can fire (it never mentions torch, or none of the
+    rules' trigger words) is not parsed at all.
 
     ## Why is this bad?
     Nothing in the file can be checked (or converted) until it parses.

@@ -11,9 +11,9 @@ from ._base import Diagnostic, Rule
 class UnusedNoqa(Rule):
     """
     ## What it does
-    Reports a `# noqa` (or `# noqa: DDP302`) comment that suppresses nothing on
-    its line: no finding of that code (of any dp2ddp code, for a bare `# noqa`)
-    is there. Codes of other tools (`# noqa: E501`) are ignored.
+    Reports a `# noqa: DDP302` comment that suppresses nothing on its line: no
+    finding of that code is there. Codes of other tools (`# noqa: E501`) are
+    ignored, and so is a bare `# noqa`, which may be meant for another tool.
 
     ## Why is this bad?
     A stale suppression hides the next real finding on that line, and tells the

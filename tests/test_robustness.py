@@ -1,0 +1,306 @@
+"""Never break a user's code: encodings, line endings, paths, git, concurrent edits,
+failed and interrupted writes -- and property tests on generated scripts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import FIXTURES
+from dp2ddp.cli import cli
+from dp2ddp.engine import convert_sources
+
+DP = (FIXTURES / "e2e" / "dp_classifier" / "before" / "train.py").read_text()
+SMALL = 'import torch\nimport torch.nn as nn\n\n\ndef build(net):\n    return nn.DataParallel(net)  # é\n'
+
+
+def convert(*args, cwd=None):
+    old = os.getcwd()
+    try:
+        if cwd:
+            os.chdir(cwd)
+        return CliRunner().invoke(cli, ["convert", *map(str, args)], catch_exceptions=False)
+    finally:
+        os.chdir(old)
+
+
+def one(data: bytes) -> bytes:
+    (file,) = convert_sources({"script.py": data}).files
+    assert file.error is None, file.error
+    return file.output if file.output is not None else data
+
+
+# ------------------------------------------------------------------ encodings, endings
+@pytest.mark.parametrize(
+    "name, data",
+    [
+        ("crlf", SMALL.replace("\n", "\r\n").encode()),
+        ("bom", b"\xef\xbb\xbf" + SMALL.encode()),
+        ("latin1-cookie", ("# -*- coding: latin-1 -*-\n" + SMALL).encode("latin-1")),
+        ("no-final-newline", SMALL.rstrip("\n").encode()),
+        ("tabs", SMALL.replace("    ", "\t").encode()),
+    ],
+)
+def test_encoding_and_line_endings_are_kept(name, data):
+    out = one(data)
+    assert out != data and b"DistributedDataParallel(" in out
+    if name == "crlf":
+        assert out.count(b"\r\n") == out.count(b"\n")
+    else:
+        assert b"\r\n" not in out
+    if name == "bom":
+        assert out.startswith(b"\xef\xbb\xbf")
+    if name == "latin1-cookie":
+        assert "# é".encode("latin-1") in out and out.decode("latin-1").startswith("# -*- coding: latin-1")
+    if name == "no-final-newline":
+        assert not out.endswith(b"\n")
+    if name == "tabs":
+        assert b"\n\treturn DistributedDataParallel(" in out
+    assert one(out) == out
+
+
+def test_untouched_lines_keep_trailing_whitespace_and_tabs():
+    source = DP.replace("import argparse\n", "import argparse   \n").replace(
+        "def parse_args():\n", "def parse_args():\t\n"
+    )
+    out = one(source.encode()).decode()
+    assert "import argparse   \n" in out and "def parse_args():\t\n" in out
+
+
+def test_files_without_torch_are_never_touched(tmp_path):
+    (tmp_path / "plain.py").write_text("class DataParallel:\n    pass\n\nprint('x')\n")
+    (tmp_path / "mentions.py").write_text("# torch is mentioned but never imported\nprint('cuda')\n")
+    result = convert("--check", tmp_path)
+    assert result.exit_code == 0
+    assert "0 files would be converted" in result.stderr
+
+
+def test_non_utf8_and_non_python_files_get_a_clear_error(tmp_path):
+    (tmp_path / "binary.py").write_bytes(b"import torch\n\x00\x01\x02\xff\xfe")
+    (tmp_path / "latin.py").write_bytes("import torch\nx = 'é'\n".encode("latin-1"))
+    (tmp_path / "good.py").write_text(DP)
+    result = convert("--write", tmp_path)
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'binary.py'}:" in result.stderr and f"{tmp_path / 'latin.py'}:" in result.stderr
+    assert (tmp_path / "binary.py").read_bytes() == b"import torch\n\x00\x01\x02\xff\xfe"
+    assert "DistributedDataParallel(" in (tmp_path / "good.py").read_text()
+
+
+# ------------------------------------------------------------------ writes
+def test_permissions_are_kept(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(DP)
+    path.chmod(0o750)
+    assert convert("--write", path).exit_code == 0
+    assert (path.stat().st_mode & 0o777) == 0o750
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_write_failure_leaves_the_file_and_reports_it(tmp_path, monkeypatch):
+    import tempfile
+
+    path = tmp_path / "train.py"
+    path.write_text(DP)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", denied)
+    result = convert("--write", path)
+    assert result.exit_code == 1
+    assert "cannot write" in result.stderr and "Permission denied" in result.stderr
+    assert path.read_text() == DP
+
+
+def test_unreadable_file_is_reported_and_others_converted(tmp_path, monkeypatch):
+    bad, good = tmp_path / "a.py", tmp_path / "b.py"
+    bad.write_text(DP)
+    good.write_text(DP)
+    real = Path.read_bytes
+
+    def read_bytes(self):
+        if self.name == "a.py":
+            raise PermissionError(13, "Permission denied")
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    result = convert("--write", tmp_path)
+    assert result.exit_code == 1
+    assert "a.py:1:1: cannot read: Permission denied" in result.stderr
+    assert "DistributedDataParallel(" in good.read_text()
+
+
+def test_file_changed_on_disk_during_the_run_is_not_overwritten(tmp_path, monkeypatch):
+    from dp2ddp import runner
+
+    path = tmp_path / "train.py"
+    path.write_text(DP)
+    real = runner.ConvertRun.convert
+
+    def convert_then_edit(self):
+        result = real(self)
+        path.write_text(DP + "\n# edited meanwhile\n")
+        return result
+
+    monkeypatch.setattr(runner.ConvertRun, "convert", convert_then_edit)
+    result = convert("--write", path)
+    assert result.exit_code == 1
+    assert "changed on disk since it was read" in result.stderr and "re-run" in result.stderr
+    assert path.read_text().endswith("# edited meanwhile\n")
+
+
+def test_interrupted_write_leaves_every_file_old_or_new(tmp_path, monkeypatch):
+    for name in ("a.py", "b.py", "c.py"):
+        (tmp_path / name).write_text(DP)
+    real_replace = os.replace
+    calls = []
+
+    def replace(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    result = convert("--write", tmp_path)
+    assert result.exit_code == 130
+    contents = [(tmp_path / n).read_text() for n in ("a.py", "b.py", "c.py")]
+    assert sum("DistributedDataParallel(" in c for c in contents) == 1
+    assert sum(c == DP for c in contents) == 2
+    assert not [p for p in tmp_path.iterdir() if ".dp2ddp.tmp" in p.name]
+
+
+# ------------------------------------------------------------------ paths
+def test_symlinks_out_of_the_tree_are_not_followed(tmp_path):
+    outside = tmp_path / "outside"
+    tree = tmp_path / "tree"
+    outside.mkdir()
+    tree.mkdir()
+    (outside / "secret.py").write_text(DP)
+    (tree / "link.py").symlink_to(outside / "secret.py")
+    (tree / "linkdir").symlink_to(outside, target_is_directory=True)
+    (tree / "train.py").write_text(DP)
+    result = convert("--write", tree)
+    assert result.exit_code == 0, result.output
+    assert (outside / "secret.py").read_text() == DP
+    assert "DistributedDataParallel(" in (tree / "train.py").read_text()
+
+
+def test_include_and_exclude(tmp_path):
+    for name in ("keep.py", "skip_me.py"):
+        (tmp_path / name).write_text(DP)
+    result = convert("--check", "--exclude", "skip_*.py", tmp_path)
+    assert "1 file would be converted" in result.stderr
+    result = convert("--check", "--include", "skip_*.py", tmp_path)
+    assert "1 file would be converted" in result.stderr
+
+
+# ------------------------------------------------------------------ git
+def _git(cwd, *args):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@example.invalid")
+    _git(tmp_path, "config", "user.name", "t")
+    (tmp_path / "train.py").write_text(DP)
+    _git(tmp_path, "add", "train.py")
+    _git(tmp_path, "commit", "-qm", "init")
+    return tmp_path
+
+
+def test_dirty_git_tree_is_refused_unless_allowed(repo):
+    (repo / "train.py").write_text(DP + "\n# my own uncommitted edit\n")
+    result = convert("--write", repo)
+    assert result.exit_code == 1
+    assert "uncommitted changes" in result.stderr and "--allow-dirty" in result.stderr
+    assert "train.py" in result.stderr
+    assert (repo / "train.py").read_text().endswith("# my own uncommitted edit\n")
+    result = convert("--write", "--allow-dirty", repo)
+    assert result.exit_code == 0
+    assert "DistributedDataParallel(" in (repo / "train.py").read_text()
+
+
+def test_clean_git_tree_and_no_git_work_as_usual(repo, tmp_path_factory):
+    assert convert("--write", repo).exit_code == 0
+    plain = tmp_path_factory.mktemp("nogit")
+    (plain / "train.py").write_text(DP)
+    assert convert("--write", plain).exit_code == 0
+
+
+# ------------------------------------------------------------------ properties
+_IMPORTS = {
+    "torch.nn.DataParallel": ("import torch\n", "torch.nn.DataParallel"),
+    "nn.DataParallel": ("import torch\nimport torch.nn as nn\n", "nn.DataParallel"),
+    "nn.parallel.DataParallel": ("import torch\nfrom torch import nn\n", "nn.parallel.DataParallel"),
+    "from torch.nn": ("import torch\nfrom torch.nn import DataParallel\n", "DataParallel"),
+    "as DP": ("import torch\nfrom torch.nn.parallel import DataParallel as DP\n", "DP"),
+}
+_COMMENTS = ["", "  # wrap it", "  # noqa", "  # type: ignore"]
+
+
+@st.composite
+def scripts(draw):
+    head, dp = _IMPORTS[draw(st.sampled_from(sorted(_IMPORTS)))]
+    comment = draw(st.sampled_from(_COMMENTS))
+    chain = draw(st.sampled_from(["", ".cuda()", ".to(device)"]))
+    guard = draw(st.booleans())
+    nesting = draw(st.sampled_from(["function", "method", "main", "module"]))
+    loader = draw(st.booleans())
+    shuffle = draw(st.sampled_from(["", ", shuffle=True", ", shuffle=False"]))
+    wrap = f"model = {dp}(model){chain}{comment}\n"
+    if guard:
+        wrap = f"if torch.cuda.device_count() > 1:{comment}\n    {wrap}"
+    body = [
+        "# leading comment\n",
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n",
+        "model = torch.nn.Linear(4, 2).to(device)\n",
+        wrap,
+    ]
+    if loader:
+        body += [
+            "from torch.utils.data import DataLoader\n",
+            f"train_loader = DataLoader(list(range(16)), batch_size=4{shuffle})  # data\n",
+            "for epoch in range(2):\n",
+            "    for batch in train_loader:\n",
+            "        pass\n",
+        ]
+    body += ["print('done')\n", "torch.save(model.state_dict(), 'm.pt')\n"]
+    text = "".join(body)
+    indent = lambda t, n: "".join((" " * n + line if line.strip() else line) for line in t.splitlines(True))
+    if nesting == "function":
+        code = head + "\n\ndef build():\n" + indent(text, 4) + "    return model\n"
+    elif nesting == "method":
+        code = head + "\n\nclass Trainer:\n    def build(self):\n" + indent(text, 8) + "        return model\n"
+    elif nesting == "main":
+        code = head + "\nif __name__ == '__main__':\n" + indent(text, 4)
+    else:
+        code = head + text
+    encoding = draw(st.sampled_from(["utf-8", "utf-8-sig", "crlf"]))
+    if encoding == "crlf":
+        return code.replace("\n", "\r\n").encode()
+    return code.encode(encoding)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scripts())
+def test_generated_scripts_convert_to_valid_idempotent_code(data):
+    (file,) = convert_sources({"script.py": data}).files
+    assert file.error is None, file.error
+    out = file.output if file.output is not None else data
+    compile(out, "script.py", "exec")
+    assert b"DataParallel(" not in out.replace(b"DistributedDataParallel(", b"") or b"# dp2ddp:" in out
+    if data.startswith(b"\xef\xbb\xbf"):
+        assert out.startswith(b"\xef\xbb\xbf")
+    if b"\r\n" in data:
+        assert out.count(b"\r\n") == out.count(b"\n")
+    (again,) = convert_sources({"script.py": out}).files
+    assert again.error is None and (again.output is None or again.output == out)
