@@ -20,6 +20,7 @@ the end.  On top of that this base class gives each transform:
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import ClassVar, Dict, Iterable, List, Optional, Sequence, Set, Union
 
@@ -30,6 +31,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import (
     FunctionScope,
     GlobalScope,
+    MetadataWrapper,
     ParentNodeProvider,
     PositionProvider,
     QualifiedNameProvider,
@@ -132,6 +134,20 @@ class Transform(VisitorBasedCodemodCommand):
     def applies_to(cls, role: FileRole) -> bool:
         """Whether this transform runs on a file with this role at all."""
         return not role.already_distributed
+
+    @contextmanager
+    def _handle_metadata_reference(self, module: cst.Module):
+        """As LibCST's, without deep-copying the module first: the engine parses
+        every module afresh and the transforms never put one node object in two
+        places, so the copy (a third of a transform's time) buys nothing."""
+        oldwrapper = self.context.wrapper
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        with self.resolve(wrapper):
+            self.context = dataclasses.replace(self.context, wrapper=wrapper)
+            try:
+                yield wrapper.module
+            finally:
+                self.context = dataclasses.replace(self.context, wrapper=oldwrapper)
 
     # ------------------------------------------------------------------ names
     def qnames(self, node: cst.CSTNode) -> Set[str]:

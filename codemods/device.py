@@ -59,21 +59,16 @@ class RankDevice(Transform):
         self._multi_gpu: Set[cst.CSTNode] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
-        outer = self
-
-        class SecondGPU(cst.CSTVisitor):
-            def visit_Call(self, call: cst.Call) -> None:
-                if m.matches(call.func, m.Attribute(attr=m.Name("cuda"))) and call.args:
-                    value = call.args[0].value
-                    if call.args[0].keyword is None and isinstance(value, cst.Integer) and value.value != "0":
-                        outer._mark_multi_gpu(call)
-
-            def visit_SimpleString(self, string: cst.SimpleString) -> None:
-                value = P.string_value(string) or ""
+        for sub in P.find(node, cst.Call, cst.SimpleString):
+            if isinstance(sub, cst.Call):
+                if m.matches(sub.func, m.Attribute(attr=m.Name("cuda"))) and sub.args:
+                    value = sub.args[0].value
+                    if sub.args[0].keyword is None and isinstance(value, cst.Integer) and value.value != "0":
+                        self._mark_multi_gpu(sub)
+            else:
+                value = P.string_value(sub) or ""
                 if value.startswith("cuda:") and value[5:].isdigit() and value[5:] != "0":
-                    outer._mark_multi_gpu(string)
-
-        node.visit(SecondGPU())
+                    self._mark_multi_gpu(sub)
 
     def _mark_multi_gpu(self, node: cst.CSTNode) -> None:
         owner = self.enclosing_function(node) or self.module
@@ -193,20 +188,31 @@ class RankDevice(Transform):
         spec = f'f"cuda:{{{local_rank}}}" if {test_code} else "cpu"'
         if self.is_call(value, N.TORCH_DEVICE):
             spec = f"{torch_name}.device({spec})"
-        self.explicit_gpu_note(value if test is None else body)
+        self.explicit_gpu_note(body)
         self.changed(original_node, "the device is this process's GPU (LOCAL_RANK), CPU without one")
         return updated_node.with_changes(value=cst.parse_expression(spec))
 
     def explicit_gpu_note(self, node: cst.CSTNode) -> None:
-        """A GPU the user picked (``f"cuda:{args.gpu}"``, ``.cuda(args.gpu)``) is
-        replaced by LOCAL_RANK's: say so."""
-        for sub in P._walk(node):
-            name = P.dotted_name(sub) if isinstance(sub, (cst.Name, cst.Attribute)) else ""
-            if name and not name.startswith("torch") and re.search(r"(?i)gpu|device|rank", name):
+        """A GPU the user picked (``f"cuda:{args.gpu}"``, ``.cuda(args.gpu)``,
+        ``set_device(gpu_ids[0])``) is replaced by LOCAL_RANK's: say so."""
+        candidates = [node]
+        if isinstance(node, cst.FormattedString):
+            candidates = [p.expression for p in node.parts if isinstance(p, cst.FormattedStringExpression)]
+        elif self.is_call(node, N.TORCH_DEVICE):
+            candidates = [a.value for a in node.args[1:]]
+            first = node.args[0].value if node.args else None
+            if isinstance(first, cst.FormattedString):
+                candidates += [p.expression for p in first.parts if isinstance(p, cst.FormattedStringExpression)]
+        elif isinstance(node, (cst.SimpleString, cst.IfExp)):
+            return
+        for candidate in candidates:
+            base = candidate.value if isinstance(candidate, cst.Subscript) else candidate
+            name = P.dotted_name(base)
+            if name and not name.startswith("torch") and name != "local_rank":
                 self.note(
                     node,
-                    f"the GPU chosen by {name} is replaced by the GPU of LOCAL_RANK; "
-                    "choose the GPUs with CUDA_VISIBLE_DEVICES",
+                    f"the GPU chosen by {self.module.code_for_node(candidate)} is replaced by the GPU "
+                    "of LOCAL_RANK; choose the GPUs with CUDA_VISIBLE_DEVICES",
                 )
                 return
 

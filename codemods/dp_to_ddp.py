@@ -282,16 +282,8 @@ class DataParallelToDDP(Transform):
             )
         return cst.FlattenSentinel([kept, wrap.with_changes(leading_lines=[])])
 
-    def _wraps_here(self, block: cst.BaseSuite) -> bool:
-        found = []
-
-        class Finder(cst.CSTVisitor):
-            def visit_Call(inner, node: cst.Call) -> None:  # noqa: N805
-                if node in self._converted:
-                    found.append(node)
-
-        block.visit(Finder())
-        return bool(found)
+    def _wraps_here(self, block: cst.CSTNode) -> bool:
+        return any(call in self._converted for call in P.find(block, cst.Call))
 
     def _device_move(self, stmt: cst.BaseStatement) -> bool:
         move = m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))

@@ -63,17 +63,12 @@ class ModuleAccess(Transform):
         self._wrapped: Dict[cst.CSTNode, List[Tuple[str, int]]] = {}
 
     def visit_Module(self, node: cst.Module) -> None:
-        outer = self
         wraps: List[Tuple[cst.Assign, str]] = []
-
-        class Wraps(cst.CSTVisitor):
-            def visit_Assign(self, assign: cst.Assign) -> None:
-                if outer.is_call(assign.value, N.DDP) and len(assign.targets) == 1:
-                    name = P.dotted_name(assign.targets[0].target)
-                    if name:
-                        wraps.append((assign, name))
-
-        node.visit(Wraps())
+        for assign in P.find(node, cst.Assign):
+            if self.is_call(assign.value, N.DDP) and len(assign.targets) == 1:
+                name = P.dotted_name(assign.targets[0].target)
+                if name:
+                    wraps.append((assign, name))
         for assign, name in wraps:
             line = self.position(assign)[0]
             func = self.enclosing_function(assign)
@@ -90,24 +85,19 @@ class ModuleAccess(Transform):
     def _follow_calls(self, func: cst.FunctionDef, name: str, line: int) -> None:
         """Functions of this file that receive the wrapped model as an argument."""
         defs = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
-        outer = self
-
-        class Calls(cst.CSTVisitor):
-            def visit_Call(self, call: cst.Call) -> None:
-                if not isinstance(call.func, cst.Name) or call.func.value not in defs:
-                    return
-                if outer.position(call)[0] <= line:
-                    return
-                callee = defs[call.func.value]
-                params = [p.name.value for p in callee.params.params]
-                for index, arg in enumerate(a for a in call.args if a.keyword is None and not a.star):
-                    if P.dotted_name(arg.value) == name and index < len(params):
-                        outer._wrapped.setdefault(callee, []).append((params[index], 0))
-                for arg in call.args:
-                    if arg.keyword is not None and P.dotted_name(arg.value) == name:
-                        outer._wrapped.setdefault(callee, []).append((arg.keyword.value, 0))
-
-        func.visit(Calls())
+        for call in P.find(func, cst.Call):
+            if not isinstance(call.func, cst.Name) or call.func.value not in defs:
+                continue
+            if self.position(call)[0] <= line:
+                continue
+            callee = defs[call.func.value]
+            params = [p.name.value for p in callee.params.params]
+            for index, arg in enumerate(a for a in call.args if a.keyword is None and not a.star):
+                if P.dotted_name(arg.value) == name and index < len(params):
+                    self._wrapped.setdefault(callee, []).append((params[index], 0))
+            for arg in call.args:
+                if arg.keyword is not None and P.dotted_name(arg.value) == name:
+                    self._wrapped.setdefault(callee, []).append((arg.keyword.value, 0))
 
     def _is_wrapped(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
         name = P.dotted_name(value)
@@ -155,16 +145,11 @@ class ModuleAccess(Transform):
             return False
         line = self.position(node)[0]
         loop = next((a for a in self.ancestors(node) if isinstance(a, (cst.For, cst.While))), None)
-        outer = self
-        found = []
-
-        class Backward(cst.CSTVisitor):
-            def visit_Call(self, inner: cst.Call) -> None:
-                if m.matches(inner.func, m.Attribute(attr=m.Name("backward"))):
-                    if outer.position(inner)[0] >= line:
-                        found.append(inner)
-
-        (loop or func).visit(Backward())
+        found = [
+            inner
+            for inner in P.find(loop or func, cst.Call)
+            if m.matches(inner.func, m.Attribute(attr=m.Name("backward"))) and self.position(inner)[0] >= line
+        ]
         if loop is not None and not found:
             # a backward earlier in the same loop body runs after this call next time round
             found = [1] if _calls_backward(loop) else []

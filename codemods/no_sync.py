@@ -116,17 +116,12 @@ class NoSyncAccumulation(Transform):
     def _model_called(self, stmts: List[cst.BaseStatement]) -> Optional[str]:
         """The module called on the batch before the backward (``model(x)``)."""
         found: List[str] = []
-        outer = self
-
-        class Calls(cst.CSTVisitor):
-            def visit_Call(self, call: cst.Call) -> None:
+        for stmt in stmts:
+            for call in P.find(stmt, cst.Call):
                 name = P.dotted_name(call.func)
                 last = name.rsplit(".", 1)[-1].lower()
-                if name and any(word in last for word in _MODEL_WORD) and not outer.qnames(call.func) & N.DDP:
+                if name and any(word in last for word in _MODEL_WORD) and not self.qnames(call.func) & N.DDP:
                     found.append(name)
-
-        for stmt in stmts:
-            stmt.visit(Calls())
         unique = sorted(set(found))
         return unique[0] if len(unique) == 1 else None
 
@@ -139,47 +134,26 @@ def _is_backward(stmt: cst.CSTNode) -> bool:
 
 
 def _steps(block: cst.CSTNode) -> bool:
-    found = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if m.matches(call.func, m.Attribute(attr=m.Name("step"))):
-                name = P.dotted_name(call.func.value).lower()
-                if "opt" in name or "scaler" in name:
-                    found.append(call)
-
-    block.visit(Finder())
-    return bool(found)
+    for call in P.find(block, cst.Call):
+        if m.matches(call.func, m.Attribute(attr=m.Name("step"))):
+            name = P.dotted_name(call.func.value).lower()
+            if "opt" in name or "scaler" in name:
+                return True
+    return False
 
 
 def _is_no_sync(stmt: cst.CSTNode) -> bool:
     if not isinstance(stmt, cst.With):
         return False
-    code = cst.Module(body=[]).code_for_node(stmt.items[0].item) if stmt.items else ""
-    return "no_sync" in code
+    return any(P.calls_method(item.item, "no_sync") for item in stmt.items)
 
 
 def _calls(stmt: cst.CSTNode, name: str) -> bool:
-    found = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if P.dotted_name(call.func) == name:
-                found.append(call)
-
-    stmt.visit(Finder())
-    return bool(found)
+    return any(P.dotted_name(call.func) == name for call in P.find(stmt, cst.Call))
 
 
 def _assigned(stmt: cst.CSTNode) -> Set[str]:
     names: Set[str] = set()
-
-    class Finder(cst.CSTVisitor):
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            names.update(P.target_names(node.target))
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            names.update(P.target_names(node.target))
-
-    stmt.visit(Finder())
+    for node in P.find(stmt, cst.AssignTarget, cst.AugAssign):
+        names.update(P.target_names(node.target))
     return names

@@ -39,20 +39,13 @@ class OutputOnMainProcess(MainProcessGuard):
         self._writers: Set[str] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
-        outer = self
-
-        class Writers(cst.CSTVisitor):
-            def visit_Assign(self, assign: cst.Assign) -> None:
-                value = assign.value
-                if isinstance(value, cst.IfExp):
-                    value = value.body
-                if outer.is_call(value, N.SUMMARY_WRITER):
-                    for target in assign.targets:
-                        name = P.dotted_name(target.target)
-                        if name:
-                            outer._writers.add(name)
-
-        node.visit(Writers())
+        for assign in P.find(node, cst.Assign):
+            value = assign.value.body if isinstance(assign.value, cst.IfExp) else assign.value
+            if self.is_call(value, N.SUMMARY_WRITER):
+                for target in assign.targets:
+                    name = P.dotted_name(target.target)
+                    if name:
+                        self._writers.add(name)
 
     def starts(self, stmt: cst.BaseStatement) -> Optional[str]:
         call = single_call(stmt)

@@ -155,15 +155,10 @@ class DistributedSamplerTransform(Transform):
             return False
         func = self.enclosing_function(call)
         scope_node = func if func is not None else self.module
-        found = []
-
-        class Loops(cst.CSTVisitor):
-            def visit_For(inner, node: cst.For) -> None:  # noqa: N805
-                if target in {P.dotted_name(x) for x in _iterated(node.iter)} and _calls_backward(node.body):
-                    found.append(node)
-
-        scope_node.visit(Loops())
-        return bool(found)
+        return any(
+            target in {P.dotted_name(x) for x in _iterated(loop.iter)} and _calls_backward(loop.body)
+            for loop in P.find(scope_node, cst.For)
+        )
 
     # the rewrite ---------------------------------------------------------------
     def _convert(self, original: cst.Call, updated: cst.Call, why: str) -> cst.BaseExpression:
@@ -369,15 +364,7 @@ def _iterated(node: cst.BaseExpression):
 
 
 def _calls_backward(node: cst.CSTNode) -> bool:
-    found = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
-                found.append(call)
-
-    node.visit(Finder())
-    return bool(found)
+    return P.calls_method(node, "backward")
 
 
 def _kwarg(name: str, code: str, like: cst.Arg) -> cst.Arg:

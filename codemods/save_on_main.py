@@ -179,16 +179,11 @@ class SaveOnMainProcess(MainProcessGuard):
 
     def _saving_functions(self) -> Set[str]:
         if getattr(self, "_savers", None) is None:
-            savers: Set[str] = set()
-            outer = self
-
-            class Defs(cst.CSTVisitor):
-                def visit_FunctionDef(self, func: cst.FunctionDef) -> None:
-                    if any(outer.is_call(c, N.TORCH_SAVE) for c in _calls(func)):
-                        savers.add(func.name.value)
-
-            self.module.visit(Defs())
-            self._savers = savers
+            self._savers = {
+                func.name.value
+                for func in P.find(self.module, cst.FunctionDef)
+                if any(self.is_call(c, N.TORCH_SAVE) for c in _calls(func))
+            }
         return self._savers
 
     def _loads_in(self, scope: cst.CSTNode) -> List[cst.Call]:
@@ -202,26 +197,14 @@ class SaveOnMainProcess(MainProcessGuard):
 
     def _paths_loaded(self) -> Set[str]:
         if self._loaded_paths is None:
-            found: Set[str] = set()
-            outer = self
-
-            class Loads(cst.CSTVisitor):
-                def visit_Call(self, call: cst.Call) -> None:
-                    if outer.is_call(call, N.TORCH_LOAD) and call.args:
-                        found.add(outer.module.code_for_node(call.args[0].value))
-
-            self.module.visit(Loads())
-            self._loaded_paths = found
+            self._loaded_paths = {
+                self.module.code_for_node(call.args[0].value)
+                for call in _calls(self.module)
+                if call.args and self.is_call(call, N.TORCH_LOAD)
+            }
         return self._loaded_paths
 
 
 
 def _calls(node: cst.CSTNode) -> List[cst.Call]:
-    found: List[cst.Call] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    node.visit(Finder())
-    return found
+    return P.find(node, cst.Call)

@@ -51,6 +51,7 @@ class SetEpoch(Transform):
         self._planned: Set[Tuple[cst.CSTNode, str]] = set()
         self._at_top: Dict[cst.CSTNode, List[str]] = {}
         self._before_stmt: Dict[cst.CSTNode, List[str]] = {}
+        self._all_calls: Optional[List[cst.Call]] = None
 
     # ------------------------------------------------------------------ finding
     def visit_For(self, node: cst.For) -> None:
@@ -222,26 +223,22 @@ class SetEpoch(Transform):
         return placed
 
     def _calls_to(self, name: str, index: int, keyword: str, is_method: bool):
+        if self._all_calls is None:
+            self._all_calls = P.find(self.module, cst.Call)
         found = []
-        outer = self
-
-        class Calls(cst.CSTVisitor):
-            def visit_Call(self, call: cst.Call) -> None:
-                func = call.func
-                called = func.attr.value if is_method and isinstance(func, cst.Attribute) else (
-                    func.value if isinstance(func, cst.Name) else None
-                )
-                if called != name:
-                    return
-                positional = [a for a in call.args if a.keyword is None and not a.star]
-                for arg in call.args:
-                    if arg.keyword is not None and arg.keyword.value == keyword:
-                        found.append((call, arg.value))
-                        return
-                if 0 <= index < len(positional):
-                    found.append((call, positional[index].value))
-
-        outer.module.visit(Calls())
+        for call in self._all_calls:
+            func = call.func
+            called = func.attr.value if is_method and isinstance(func, cst.Attribute) else (
+                func.value if isinstance(func, cst.Name) else None
+            )
+            if called != name:
+                continue
+            positional = [a for a in call.args if a.keyword is None and not a.star]
+            by_keyword = [a.value for a in call.args if a.keyword is not None and a.keyword.value == keyword]
+            if by_keyword:
+                found.append((call, by_keyword[0]))
+            elif 0 <= index < len(positional):
+                found.append((call, positional[index].value))
         return found
 
     # ------------------------------------------------------------------ editing
@@ -282,38 +279,17 @@ def _epoch_param(func: cst.FunctionDef) -> Optional[str]:
 
 
 def _calls_set_epoch(node: cst.CSTNode) -> bool:
-    found = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if m.matches(call.func, m.Attribute(attr=m.Name("set_epoch"))):
-                found.append(call)
-
-    node.visit(Finder())
-    return bool(found)
+    return P.calls_method(node, "set_epoch")
 
 
 def _contains(haystack: cst.CSTNode, needle: cst.CSTNode) -> bool:
-    found = []
-
-    class Finder(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if node is needle:
-                found.append(node)
-            return not found
-
-    haystack.visit(Finder())
-    return bool(found)
+    return any(n is needle for n in P.walk(haystack))
 
 
 def _assigned_names(stmt: cst.CSTNode) -> Set[str]:
     names: Set[str] = set()
-
-    class Finder(cst.CSTVisitor):
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            names.update(P.dotted_name(e) for e in _flatten(node.target))
-
-    stmt.visit(Finder())
+    for target in P.find(stmt, cst.AssignTarget):
+        names.update(P.dotted_name(e) for e in _flatten(target.target))
     return names
 
 

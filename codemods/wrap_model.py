@@ -88,19 +88,13 @@ class WrapModel(Transform):
 
     def _is_ddp(self, model: str, at: cst.CSTNode) -> bool:
         """``model`` was assigned from a DDP call before ``at`` (converted already)."""
-        found = []
-        outer = self
         line = self.position(at)[0]
-
-        class Finder(cst.CSTVisitor):
-            def visit_Assign(self, assign: cst.Assign) -> None:
-                if any(P.dotted_name(t.target) == model for t in assign.targets) and outer.is_call(
-                    assign.value, N.DDP
-                ) and outer.position(assign)[0] < line:
-                    found.append(assign)
-
-        (self.enclosing_function(at) or self.module).visit(Finder())
-        return bool(found)
+        return any(
+            any(P.dotted_name(t.target) == model for t in assign.targets)
+            and self.is_call(assign.value, N.DDP)
+            and self.position(assign)[0] < line
+            for assign in P.find(self.enclosing_function(at) or self.module, cst.Assign)
+        )
 
 
 def _trained_module(params: cst.BaseExpression) -> Optional[str]:

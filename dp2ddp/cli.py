@@ -11,6 +11,7 @@ Exit codes (one place, like black's ``report.py``):
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -76,6 +77,7 @@ def cli() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 @click.option("--verify", "run_verify", is_flag=True, help="With --write: then run `dp2ddp verify` on each converted entry point.")
 @click.option("--allow-dirty", is_flag=True, help="With --write: also rewrite files that have uncommitted git changes.")
+@click.option("-j", "--jobs", type=click.IntRange(0), default=0, help="Processes (default: all cores).")
 @_internal_errors
 def convert(
     paths: List[Path],
@@ -91,6 +93,7 @@ def convert(
     quiet: bool,
     run_verify: bool,
     allow_dirty: bool,
+    jobs: int,
 ) -> None:
     """Convert the scripts under PATHS to DistributedDataParallel.
 
@@ -107,7 +110,11 @@ def convert(
         raise click.UsageError("--verify runs the converted scripts: add --write")
     mode = "write" if write else "check" if check else None
     settings = Settings(batch_size=batch_size, markers=not no_markers)
-    run = ConvertRun(paths, settings, exclude=exclude, include=include)
+    # the fixed-point check guards writes: a dry run (diff, --check) skips it
+    run = ConvertRun(
+        paths, settings, exclude=exclude, include=include, workers=jobs or os.cpu_count() or 1,
+        verify=mode == "write",
+    )
     try:
         result = run.convert()
     except run.UsageError as exc:

@@ -266,16 +266,52 @@ def run_transforms(
     return module, findings
 
 
+def _convert_one(job) -> tuple:
+    """Convert one file of the program (runs in a worker process with -j):
+    returns (path, output, findings, error, internal)."""
+    path, data, role, settings = job
+    try:
+        module = _parse(path, data)
+    except Exception as exc:  # CPython accepts it, LibCST cannot analyse it
+        return path, None, [], syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)"), False
+    try:
+        new_module, findings = run_transforms(path, module, role, settings)
+        new_module = format_changed(module, new_module)
+        return path, new_module.bytes, findings, None, False
+    except InternalError as exc:
+        return path, None, [], str(exc), True
+    except RecursionError:
+        return path, None, [], f"{path}:1:1: too deeply nested to convert; left unchanged", False
+    except Exception as exc:  # pragma: no cover - defensive
+        return path, None, [], f"{path}: internal error: {exc!r}\n{traceback.format_exc()}", True
+
+
+def _map(function, jobs: List, workers: int):
+    """``map`` over a pool of forked processes (files are independent once the
+    program's roles are known); in-process for one worker or one job."""
+    if workers <= 1 or len(jobs) <= 1 or not hasattr(os, "fork"):
+        return [function(job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+        return list(pool.map(function, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+
+
 def convert_sources(
     sources: Mapping[str, bytes],
     settings: Settings = Settings(),
     verify: bool = True,
     explicit: Optional[Set[str]] = None,
+    workers: int = 1,
 ) -> ConvertResult:
     """Convert a whole program given as {path: bytes}.
 
     ``explicit``: the files the user named (not found by walking a folder); None
-    means all of them.  See ``assign_roles``."""
+    means all of them (see ``assign_roles``).  ``verify``: check that every output
+    parses and is a fixed point (needed before writing).  ``workers``: processes
+    for the per-file LibCST work."""
     results: Dict[str, FileResult] = {}
     facts: Dict[str, FileFacts] = {}
     for path, data in sources.items():
@@ -299,39 +335,23 @@ def convert_sources(
             continue
         facts[path] = file_facts
     roles = assign_roles(facts, explicit)
+    jobs = []
     for path, role in roles.items():
         result = results[path]
         result.role = role
         if not (role.in_program or facts[path].mentions_data_parallel):
             result.skipped = True  # nothing in this file takes part in the conversion
             continue
-        try:
-            module = _parse(path, result.source)
-        except Exception as exc:  # CPython accepts it, LibCST cannot analyse it
-            result.error = syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)")
-            continue
-        try:
-            new_module, findings = run_transforms(path, module, role, settings)
-            new_module = format_changed(module, new_module)
-            output = new_module.bytes
-        except InternalError as exc:
-            result.error, result.internal = str(exc), True
-            continue
-        except RecursionError:
-            result.error = f"{path}:1:1: too deeply nested to convert; left unchanged"
-            continue
-        except Exception as exc:  # pragma: no cover - defensive
-            result.error = f"{path}: internal error: {exc!r}\n{traceback.format_exc()}"
-            result.internal = True
-            continue
-        result.findings = findings
-        result.output = output
+        jobs.append((path, result.source, role, settings))
+    for path, output, findings, error, internal in _map(_convert_one, jobs, workers):
+        result = results[path]
+        result.output, result.findings, result.error, result.internal = output, findings, error, internal
     if verify:
-        _verify(results, settings, explicit)
+        _verify(results, settings, explicit, workers)
     return ConvertResult(files=list(results.values()))
 
 
-def _verify(results: Dict[str, FileResult], settings: Settings, explicit=None) -> None:
+def _verify(results: Dict[str, FileResult], settings: Settings, explicit=None, workers: int = 1) -> None:
     """Every output parses, and converting the outputs again changes nothing."""
     outputs = {}
     for path, result in results.items():
@@ -349,7 +369,7 @@ def _verify(results: Dict[str, FileResult], settings: Settings, explicit=None) -
         outputs[path] = result.output
     if not any(r.changed for r in results.values()):
         return
-    again = convert_sources(outputs, settings, verify=False, explicit=explicit)
+    again = convert_sources(outputs, settings, verify=False, explicit=explicit, workers=workers)
     for second in again.files:
         first = results[second.path]
         if first.changed and (second.changed or second.error):

@@ -41,9 +41,13 @@ class ConvertRun:
         settings=None,
         exclude: Sequence[str] = (),
         include: Sequence[str] = (),
+        workers: int = 1,
+        verify: bool = True,
     ) -> None:
         from dp2ddp.codemods._base import Settings
 
+        self.workers = workers
+        self.verify = verify
         self.paths = [Path(p) for p in paths]
         self.settings = settings if settings is not None else Settings()
         self.exclude = exclude
@@ -78,7 +82,9 @@ class ConvertRun:
         from dp2ddp.engine import convert_sources
 
         sources = self.read()
-        result = convert_sources(sources, self.settings, explicit=explicit_files(self.paths))
+        result = convert_sources(
+            sources, self.settings, verify=self.verify, explicit=explicit_files(self.paths), workers=self.workers
+        )
         result.files.extend(self.read_errors)
         return result
 
