@@ -57,6 +57,7 @@ def cli() -> None:
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--write", is_flag=True, help="Rewrite the files in place.")
+@click.option("-i", "--interactive", is_flag=True, help="Review each change (y/n/a/q), then write what you accepted.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if a file would change.")
 @click.option("--diff", "show_diff", is_flag=True, default=None, help="Print the diff (default unless --write/--check).")
 @click.option(
@@ -78,10 +79,14 @@ def cli() -> None:
 @click.option("--verify", "run_verify", is_flag=True, help="With --write: then run `dp2ddp verify` on each converted entry point.")
 @click.option("--allow-dirty", is_flag=True, help="With --write: also rewrite files that have uncommitted git changes.")
 @click.option("-j", "--jobs", type=click.IntRange(0), default=0, help="Processes (default: all cores).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a migration report to this file.")
+@click.option("--report-format", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option("--emit-launch", "launch_dir", type=click.Path(file_okay=False, path_type=Path), help="Write torchrun, multi-node and Slurm launch scripts for each converted entry point into this folder.")
 @_internal_errors
 def convert(
     paths: List[Path],
     write: bool,
+    interactive: bool,
     check: bool,
     show_diff: Optional[bool],
     batch_size: str,
@@ -94,6 +99,9 @@ def convert(
     run_verify: bool,
     allow_dirty: bool,
     jobs: int,
+    report_path: Optional[Path],
+    report_format: str,
+    launch_dir: Optional[Path],
 ) -> None:
     """Convert the scripts under PATHS to DistributedDataParallel.
 
@@ -106,6 +114,10 @@ def convert(
 
     if write and check:
         raise click.UsageError("--write and --check exclude each other")
+    if interactive and check:
+        raise click.UsageError("--interactive and --check exclude each other")
+    if interactive:
+        write = True
     if run_verify and not write:
         raise click.UsageError("--verify runs the converted scripts: add --write")
     mode = "write" if write else "check" if check else None
@@ -120,7 +132,7 @@ def convert(
     except run.UsageError as exc:
         raise click.UsageError(str(exc))
     if show_diff is None:
-        show_diff = mode is None
+        show_diff = mode is None and not interactive
     if color is None:
         color = sys.stdout.isatty()
     if mode == "write" and not allow_dirty:
@@ -137,7 +149,23 @@ def convert(
     if show_diff:
         for file in result.changed:
             click.echo(report.diff(file, color=color), nl=False, color=color)
+    if interactive:
+        code = _interactive(run, result)
+        sys.exit(code)
     written = run.write(result) if mode == "write" else []
+    if report_path is not None:
+        from dp2ddp import migration
+
+        migration.write_report(report_path, result, report_format, batch_size, nproc_per_node)
+        if not quiet:
+            click.echo(f"migration report written to {report_path}", err=True)
+    if launch_dir is not None:
+        from dp2ddp import migration
+
+        entries = [f.path for f in result.entries if f.changed]
+        for path in migration.emit_launch(launch_dir, entries):
+            if not quiet:
+                click.echo(f"launch file written: {path}", err=True)
     if not quiet:
         for line in report.summary(result, mode=mode, written=written, nproc=nproc_per_node):
             click.echo(line, err=True)
@@ -157,6 +185,54 @@ def convert(
             if not verdict.ok:
                 code = EXIT_FINDINGS
     sys.exit(code)
+
+
+def _interactive(run, result) -> int:
+    """Ask about each hunk; write the accepted ones if the selection is consistent."""
+    from dp2ddp import report
+    from dp2ddp.review import review
+
+    for file in result.errors:
+        click.echo(f"error: {file.error}", err=True)
+    if not result.changed:
+        click.echo("Nothing to convert.", err=True)
+        return report.exit_code(result, "write")
+
+    def ask(hunk, question):
+        return click.prompt(
+            f"{question} [y]es [n]o [a]ll remaining [q]uit",
+            type=click.Choice(["y", "n", "a", "q"]),
+            show_choices=False,
+            err=True,
+        )
+
+    outputs, problems = review(result, ask, lambda text: click.echo(text, err=True))
+    if problems:
+        click.echo("dp2ddp: not written -- this selection is inconsistent:", err=True)
+        for problem in problems:
+            click.echo(f"  {problem}", err=True)
+        click.echo("Accept the changes it relies on too, or reject the ones that rely on them.", err=True)
+        return EXIT_FINDINGS
+    written = run.write_outputs(outputs)
+    click.echo(f"{len(written)} file{'s' if len(written) != 1 else ''} written.", err=True)
+    for error in run.write_errors:
+        click.echo(f"error: {error}", err=True)
+    return EXIT_FINDINGS if run.write_errors or result.errors else EXIT_OK
+
+
+def _progress_bar():
+    """``done/total`` on stderr, redrawn in place (only used on a terminal)."""
+    state = {"last": 0.0}
+
+    def update(done: int, total: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if done == total or now - state["last"] > 0.1:
+            state["last"] = now
+            click.echo(f"\rdp2ddp: {done}/{total} files", nl=False, err=True)
+
+    return update
 
 
 def _codes(values) -> tuple:
@@ -185,8 +261,10 @@ def _codes(values) -> tuple:
 @click.option("--no-config", is_flag=True, help="Ignore pyproject.toml.")
 @click.option("--exclude", multiple=True, metavar="PATTERN", help="gitignore-style pattern of paths to skip.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@click.option("--no-cache", is_flag=True, help="Analyse every file, even unchanged ones.")
+@click.option("-j", "--jobs", type=click.IntRange(0), default=0, help="Processes (default: all cores, for large runs).")
 @_internal_errors
-def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, config_path, no_config, exclude, quiet):
+def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, config_path, no_config, exclude, quiet, no_cache, jobs):
     """Report DataParallel usage and DDP pitfalls in PATHS (default: .).
 
     Text output is `path:line:col: CODE message`; a `[*]` marks findings that
@@ -226,16 +304,25 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
         sources = run.read()
     except ConvertRun.UsageError as exc:
         raise click.UsageError(str(exc))
+    from dp2ddp.cache import LintCache
+
+    cache = None if no_cache else LintCache(config.root or Path.cwd(), config)
+    workers = jobs or os.cpu_count() or 1
+    progress = _progress_bar() if sys.stderr.isatty() and len(sources) >= 200 else None
     try:
-        result = lint_sources(sources, config)
+        result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress)
         fixed_paths: List[str] = []
         if fix:
             fixed_paths = run.fix(sources, result.diagnostics, unsafe_fixes)
             if fixed_paths:
-                result = lint_sources(sources, config)
+                result = lint_sources(sources, config, workers=workers, cache=cache)
     except LintInternalError as exc:
         click.echo(f"dp2ddp: internal error: {exc}\nThis is a bug in dp2ddp, please report it.", err=True)
         sys.exit(EXIT_INTERNAL)
+    if cache is not None:
+        cache.save()
+    if progress is not None:
+        click.echo("\r" + " " * 40 + "\r", nl=False, err=True)
     diagnostics = result.diagnostics
     if fmt in ("json", "sarif"):
         fix_edits(sources, diagnostics)

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
 import tokenize
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import PurePath
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods.rules import BY_CODE, RULES, Diagnostic, Rule
+from dp2ddp.cache import LintCache
 from dp2ddp.config import LintConfig, matches
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
@@ -198,16 +200,69 @@ def _apply_noqa(src: Source, found: List[Diagnostic], report_unused: bool) -> Li
     return kept
 
 
+_WORKER_CONFIG: Optional[LintConfig] = None
+_WORKER_RULES: Optional[List[Rule]] = None
+
+
+def _init_worker(config: LintConfig) -> None:
+    global _WORKER_CONFIG, _WORKER_RULES
+    _WORKER_CONFIG, _WORKER_RULES = config, selected_rules(config)
+
+
+def _lint_job(job: Tuple[str, bytes, bool]) -> Tuple[str, List[Diagnostic], bool]:
+    path, data, use_trigger = job
+    assert _WORKER_RULES is not None and _WORKER_CONFIG is not None
+    found, parsed = lint_source(path, data, _WORKER_RULES, _WORKER_CONFIG, use_trigger)
+    return path, found, parsed
+
+
 def lint_sources(
-    sources: Mapping[str, bytes], config: LintConfig = LintConfig(), use_trigger: bool = True
+    sources: Mapping[str, bytes],
+    config: LintConfig = LintConfig(),
+    use_trigger: bool = True,
+    workers: int = 1,
+    cache: Optional["LintCache"] = None,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> LintResult:
+    """Lint {path: bytes}.  ``workers`` > 1 parses in a pool of forked processes
+    (only worth it for many files); ``cache`` skips files whose content it has
+    seen with the same configuration.  The result is the same either way."""
     rules = selected_rules(config)
     result = LintResult()
+    todo: List[Tuple[str, bytes, bool]] = []
     for path, data in sources.items():
-        diagnostics, parsed = lint_source(path, data, rules, config, use_trigger)
         result.files += 1
-        result.parsed += int(parsed)
-        result.diagnostics.extend(diagnostics)
+        cached = cache.get(path, data) if cache is not None else None
+        if cached is not None:
+            result.diagnostics.extend(cached)
+            continue
+        todo.append((path, data, use_trigger))
+    done = 0
+    if workers > 1 and len(todo) >= 64 and hasattr(os, "fork"):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(config,)) as pool:
+            outcomes = pool.map(_lint_job, todo, chunksize=max(1, len(todo) // (workers * 8)))
+            for path, found, parsed in outcomes:
+                done += 1
+                if progress:
+                    progress(done, len(todo))
+                result.parsed += int(parsed)
+                result.diagnostics.extend(found)
+                if cache is not None:
+                    cache.put(path, sources[path], found)
+    else:
+        for path, data, trig in todo:
+            found, parsed = lint_source(path, data, rules, config, trig)
+            done += 1
+            if progress:
+                progress(done, len(todo))
+            result.parsed += int(parsed)
+            result.diagnostics.extend(found)
+            if cache is not None:
+                cache.put(path, data, found)
     result.diagnostics.sort(key=lambda d: d.sort_key)
     return result
 

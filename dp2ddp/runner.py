@@ -114,6 +114,18 @@ class ConvertRun:
                     dirty.append(str(Path(root, entry[3:])))
         return dirty
 
+    def write_outputs(self, outputs: Dict[str, bytes]) -> List[str]:
+        """Write {path: bytes} atomically (the --interactive selection)."""
+        written = []
+        for path, data in outputs.items():
+            try:
+                write_atomic(Path(path), data, expected_digest=self._digests.get(path))
+            except (ConcurrentModification, OSError) as exc:
+                self.write_errors.append(str(exc))
+                continue
+            written.append(path)
+        return written
+
     def write(self, result) -> list:
         """Write every converted file atomically; returns those written."""
         written = []

@@ -1,0 +1,195 @@
+"""Repository scale: migration report, launch files, review mode, lint cache and
+parallelism (same findings whichever way they are computed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES, script_env
+from dp2ddp.cli import cli
+
+MULTI = FIXTURES / "e2e" / "multi_file" / "before"
+DP = FIXTURES / "e2e" / "dp_classifier" / "before" / "train.py"
+
+
+def invoke(*args, input=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
+@pytest.fixture
+def project(tmp_path):
+    target = tmp_path / "proj"
+    shutil.copytree(MULTI, target)
+    (target / "legacy.py").write_text("import torch\nprint 'python 2'\n")
+    return target
+
+
+# ------------------------------------------------------------------ report
+def test_markdown_report(project, tmp_path):
+    report = tmp_path / "out" / "report.md"
+    result = invoke("convert", "--check", "--report", report, project)
+    assert result.exit_code == 1
+    text = report.read_text()
+    for heading in ("# DataParallel → DistributedDataParallel migration report", "## Entry points",
+                    "## Batch size and learning rate", "## Launch", "## Left for you",
+                    "## Files that could not be converted", "## Changes by file"):
+        assert heading in text
+    assert f"`{project / 'train.py'}` (the process group is set up here)" in text
+    assert "legacy.py" in text and "cannot parse" in text
+    assert "| 4 | 3 | 0 | 1 | 0 |" in text  # scanned, changed, unchanged, parse failures, internal
+    assert "DDP101 | training DataLoader (train_loader) gets a DistributedSampler" in text
+    assert "torchrun --standalone --nproc_per_node=gpu" in text and "--rdzv_backend=c10d" in text
+
+
+def test_json_report(project, tmp_path):
+    report = tmp_path / "report.json"
+    invoke("convert", "--report", report, "--report-format", "json", "--batch-size", "per-process", project)
+    data = json.loads(report.read_text())
+    assert data["summary"]["files_changed"] == 3 and data["summary"]["parse_failures"] == 1
+    assert data["entry_points"] == [str(project / "train.py")]
+    assert "learning rate" in " ".join(data["batch_size"]["consequences"])
+    by_path = {Path(f["path"]).name: f for f in data["files"]}
+    assert {c["code"] for c in by_path["model.py"]["changes"]} >= {"DDP001"}
+    assert by_path["legacy.py"]["status"] == "error"
+
+
+def test_report_lists_spots_left_for_a_human(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nimport torch.nn as nn\n\n\nclass MyDP(nn.DataParallel):\n    pass\n")
+    report = tmp_path / "r.md"
+    invoke("convert", "--report", report, script)
+    assert "| 5 | DDP001 | class MyDP subclasses DataParallel" in report.read_text()
+
+
+def test_emitted_launch_files_run_the_converted_script(project, tmp_path):
+    launch = tmp_path / "launch"
+    result = invoke("convert", "--write", "--emit-launch", launch, project)
+    assert result.exit_code == 1  # legacy.py does not parse
+    names = sorted(p.name for p in launch.iterdir())
+    assert names == ["train.slurm", "train_multinode.sh", "train_torchrun.sh"]
+    for path in launch.iterdir():
+        assert os.access(path, os.X_OK)
+        subprocess.run(["bash", "-n", str(path)], check=True)
+    slurm = (launch / "train.slurm").read_text()
+    assert "#SBATCH --ntasks-per-node=1" in slurm and "srun torchrun" in slurm
+    env = script_env(tmp_path)
+    env["NPROC_PER_NODE"] = "2"
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    run = subprocess.run(
+        [str(launch / "train_torchrun.sh"), "--epochs", "1"], cwd=project, env=env,
+        capture_output=True, text=True, timeout=240,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (project / "final.pt").exists()
+
+
+# ------------------------------------------------------------------ review mode
+def _copy_dp(tmp_path):
+    path = tmp_path / "train.py"
+    shutil.copy(DP, path)
+    return path
+
+
+def test_interactive_accept_all_equals_write(tmp_path):
+    path = _copy_dp(tmp_path)
+    expected_dir = tmp_path / "expected"
+    expected_dir.mkdir()
+    shutil.copy(DP, expected_dir / "train.py")
+    invoke("convert", "--write", expected_dir / "train.py")
+    result = invoke("convert", "--interactive", path, input="a\n")
+    assert result.exit_code == 0, result.output
+    assert "why: DDP001" in result.output or "why:" in result.output
+    assert path.read_text() == (expected_dir / "train.py").read_text()
+
+
+def test_interactive_quit_writes_nothing_when_nothing_accepted(tmp_path):
+    path = _copy_dp(tmp_path)
+    result = invoke("convert", "--interactive", path, input="q\n")
+    assert result.exit_code == 0
+    assert path.read_text() == DP.read_text()
+    assert "0 files written" in result.output
+
+
+def test_interactive_refuses_an_inconsistent_selection(tmp_path):
+    path = _copy_dp(tmp_path)
+    # find the hunk that adds the sampler, reject it, accept everything else
+    from dp2ddp.engine import convert_sources
+    from dp2ddp.review import hunks_of
+
+    (file,) = convert_sources({str(path): path.read_bytes()}).files
+    hunks = hunks_of(file)
+    answers = ["n" if "DDP101" in h.codes else "y" for h in hunks]
+    assert "n" in answers and any("DDP102" in h.codes for h in hunks)
+    result = invoke("convert", "--interactive", path, input="\n".join(answers) + "\n")
+    assert result.exit_code == 1
+    assert "inconsistent" in result.output and "DDP102 is kept but DDP101" in result.output
+    assert path.read_text() == DP.read_text()
+
+
+def test_interactive_refuses_a_dangling_name(tmp_path):
+    path = _copy_dp(tmp_path)
+    from dp2ddp.engine import convert_sources
+    from dp2ddp.review import hunks_of
+
+    (file,) = convert_sources({str(path): path.read_bytes()}).files
+    hunks = hunks_of(file)
+    # reject only the import hunk that defines `dist`
+    answers = ["n" if any("import torch.distributed as dist" in line for line in h.new) else "y" for h in hunks]
+    result = invoke("convert", "--interactive", path, input="\n".join(answers) + "\n")
+    assert result.exit_code == 1 and "`dist` is used but only a rejected change defines it" in result.output
+
+
+# ------------------------------------------------------------------ lint cache and -j
+@pytest.fixture
+def many(tmp_path):
+    root = tmp_path / "many"
+    sources = sorted((FIXTURES / "rules").rglob("*.py")) + sorted(FIXTURES.glob("e2e/*/*/*.py"))
+    for index in range(4):  # enough files for the process pool
+        for path in sources:
+            target = root / f"copy{index}" / path.parent.name / path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target)
+    return root
+
+
+def test_lint_results_identical_across_jobs_and_cache(many, monkeypatch):
+    from dp2ddp.cache import LintCache
+    from dp2ddp.config import LintConfig
+    from dp2ddp.lint import lint_sources
+
+    sources = {str(p): p.read_bytes() for p in sorted(many.rglob("*.py"))}
+    assert len(sources) >= 64
+    key = lambda r: [d.to_dict() for d in r.diagnostics]
+    serial = lint_sources(sources, LintConfig(), workers=1)
+    parallel = lint_sources(sources, LintConfig(), workers=2)
+    assert key(serial) == key(parallel) and serial.diagnostics
+    cache = LintCache(many, LintConfig())
+    cold = lint_sources(sources, LintConfig(), cache=cache)
+    cache.save()
+    warm_cache = LintCache(many, LintConfig())
+    warm = lint_sources(sources, LintConfig(), cache=warm_cache)
+    assert key(cold) == key(serial) == key(warm)
+    assert cold.parsed > 0 and warm.parsed == 0  # nothing analysed again
+    # a changed file is analysed again
+    changed = next(p for p in sources if p.endswith("bad_every_rank.py"))
+    sources[changed] = sources[changed] + b"\n# edited\n"
+    again = lint_sources(sources, LintConfig(), cache=LintCache(many, LintConfig()))
+    assert again.parsed == 1
+
+
+def test_lint_cache_on_the_command_line(many, monkeypatch):
+    monkeypatch.chdir(many)
+    first = invoke("lint", "--no-config", "--exit-zero", many)
+    assert (many / ".dp2ddp_cache" / ".gitignore").read_text().strip().endswith("*")
+    second = invoke("lint", "--no-config", "--exit-zero", many)
+    third = invoke("lint", "--no-config", "--exit-zero", "--no-cache", "-j", "1", many)
+    assert first.stdout == second.stdout == third.stdout
+    assert "DDP302" in first.stdout
