@@ -26,15 +26,14 @@ from typing import ClassVar, Dict, Iterable, List, Optional, Sequence, Set, Unio
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.codemod.visitors import AddImportsVisitor
+from libcst.codemod import Codemod, CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import (
     FunctionScope,
     GlobalScope,
     MetadataWrapper,
     ParentNodeProvider,
     PositionProvider,
-    QualifiedNameProvider,
     ScopeProvider,
 )
 
@@ -94,8 +93,13 @@ class Finding:
 Stmt = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
 
-class Transform(VisitorBasedCodemodCommand):
-    """Base class of the convert transforms (one per module in ``codemods/``)."""
+class Transform(Codemod, cst.CSTTransformer):
+    """Base class of the convert transforms (one per module in ``codemods/``).
+
+    A LibCST codemod (a plain ``CSTTransformer``: no matcher decorators, which
+    cost a third of a pass) that applies the imports it scheduled through
+    ``AddImportsVisitor``/``RemoveImportsVisitor`` at the end, like LibCST's
+    ``VisitorBasedCodemodCommand``."""
 
     #: Stable code, shared with the matching lint rule (e.g. "DDP001").
     CODE: ClassVar[str] = ""
@@ -106,7 +110,6 @@ class Transform(VisitorBasedCodemodCommand):
     TRIGGERS: ClassVar[tuple] = ()
 
     METADATA_DEPENDENCIES = (
-        QualifiedNameProvider,
         ScopeProvider,
         PositionProvider,
         ParentNodeProvider,
@@ -118,7 +121,12 @@ class Transform(VisitorBasedCodemodCommand):
         settings: Settings = Settings(),
         role: FileRole = FileRole(),
     ) -> None:
-        super().__init__(context)
+        Codemod.__init__(self, context)
+        cst.CSTTransformer.__init__(self)
+        #: metadata of the module being transformed; the engine hands it from one
+        #: transform to the next while the module does not change
+        self.shared_wrapper: Optional[MetadataWrapper] = None
+        self._qnames: Dict[cst.CSTNode, Set[str]] = {}
         self.settings = settings
         self.role = role
         self.findings: List[Finding] = []
@@ -135,13 +143,26 @@ class Transform(VisitorBasedCodemodCommand):
         """Whether this transform runs on a file with this role at all."""
         return not role.already_distributed
 
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        return tree.visit(self)
+
+    def transform_module(self, tree: cst.Module, apply_imports: bool = True) -> cst.Module:
+        """Transform, then apply the scheduled imports -- unless the caller runs
+        several transforms on one context and applies them once at the end."""
+        tree = Codemod.transform_module(self, tree)
+        return apply_scheduled_imports(self.context, tree) if apply_imports else tree
+
     @contextmanager
     def _handle_metadata_reference(self, module: cst.Module):
-        """As LibCST's, without deep-copying the module first: the engine parses
+        """As LibCST's, without deep-copying the module first (the engine parses
         every module afresh and the transforms never put one node object in two
-        places, so the copy (a third of a transform's time) buys nothing."""
+        places), and reusing the metadata of the previous transform when it left
+        the module as it was."""
         oldwrapper = self.context.wrapper
-        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        wrapper = self.shared_wrapper
+        if wrapper is None or wrapper.module is not module:
+            wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.shared_wrapper = wrapper
         with self.resolve(wrapper):
             self.context = dataclasses.replace(self.context, wrapper=wrapper)
             try:
@@ -151,7 +172,40 @@ class Transform(VisitorBasedCodemodCommand):
 
     # ------------------------------------------------------------------ names
     def qnames(self, node: cst.CSTNode) -> Set[str]:
-        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+        # what QualifiedNameProvider computes for every name, asked for only the
+        # nodes a transform looks at (the scope's own lookup, cached per node)
+        cached = self._qnames.get(node)
+        if cached is None:
+            scope = self.get_metadata(ScopeProvider, node, None)
+            try:
+                names = scope.get_qualified_names_for(node) if scope is not None else set()
+            except Exception:  # not a name the scope knows (a call result, a subscript)
+                names = set()
+            cached = {q.name for q in names}
+            if not cached:
+                cached = self._scheduled_qname(node)
+            self._qnames[node] = cached
+        return cached
+
+    def _scheduled_qname(self, node: cst.CSTNode) -> Set[str]:
+        """Names that an earlier transform imports (the imports are applied once,
+        at the end): ``DistributedDataParallel`` -> torch.nn.parallel.Distrib..."""
+        dotted = P.dotted_name(node)
+        if not dotted:
+            return set()
+        head, _, rest = dotted.partition(".")
+        for item in self.context.scratch.get(AddImportsVisitor.CONTEXT_KEY, []):
+            if item.relative:
+                continue
+            if item.obj_name:
+                local, full = item.alias or item.obj_name, f"{item.module_name}.{item.obj_name}"
+            else:
+                local, full = item.alias or item.module_name.split(".")[0], item.module_name
+                if item.alias is None:
+                    full = local
+            if local == head:
+                return {f"{full}.{rest}" if rest else full}
+        return set()
 
     def is_ref(self, node: cst.CSTNode, names: Iterable[str]) -> bool:
         """``node`` (a Name or Attribute) refers to one of ``names``."""
@@ -556,6 +610,18 @@ class Transform(VisitorBasedCodemodCommand):
 
 # --------------------------------------------------------------- helpers
 _dotted = P.dotted_name
+
+
+def apply_scheduled_imports(context: CodemodContext, tree: cst.Module) -> cst.Module:
+    """Add and remove the imports the transforms scheduled on ``context``."""
+    for key, visitor in (
+        (AddImportsVisitor.CONTEXT_KEY, AddImportsVisitor),
+        (RemoveImportsVisitor.CONTEXT_KEY, RemoveImportsVisitor),
+    ):
+        if context.scratch.get(key):
+            tree = visitor(context).transform_module(tree)
+            context.scratch.pop(key, None)
+    return tree
 
 
 def blank_lines(count: int) -> List[cst.EmptyLine]:

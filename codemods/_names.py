@@ -1,7 +1,7 @@
 """Qualified names of the torch (and friends) APIs that the transforms care about.
 
 Matching is always done on qualified names resolved through LibCST metadata
-(``QualifiedNameProvider``), so every import spelling is recognised:
+(the scopes of ``ScopeProvider``, as ``QualifiedNameProvider`` does), so every import spelling is recognised:
 ``torch.nn.DataParallel``, ``nn.DataParallel`` after ``import torch.nn as nn``,
 ``DP`` after ``from torch.nn.parallel import DataParallel as DP``.  A project's own
 class that happens to be called ``DataParallel`` resolves to a local name and is

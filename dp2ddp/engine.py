@@ -30,7 +30,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 
 from dp2ddp.codemods import TRANSFORMS
-from dp2ddp.codemods._base import FileRole, Finding, Settings
+from dp2ddp.codemods._base import FileRole, Finding, Settings, apply_scheduled_imports
 from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods._facts import FileFacts, collect_facts
 
@@ -237,20 +237,26 @@ def run_transforms(
     """Apply every transform that applies to ``role``; return (module, findings).
 
     A transform whose ``TRIGGERS`` do not occur in the current code cannot
-    change anything and is skipped without building its metadata."""
+    change anything and is skipped without building its metadata.  Every change
+    a transform makes comes with a finding (nothing is converted silently), so a
+    transform without "change" or "manual" findings left the code as it was: its
+    output is dropped and the next transform reuses the same metadata."""
     findings: List[Finding] = []
     original_code = module.code
     code = original_code
+    wrapper = None
+    # one context for all: the imports they schedule are applied once, at the end
+    context = CodemodContext(filename=path)
     for transform_cls in TRANSFORMS:
         if not transform_cls.applies_to(role):
             continue
         triggers = transform_cls.TRIGGERS
         if triggers and not any(t in code for t in triggers):
             continue
-        context = CodemodContext(filename=path)
         transform = transform_cls(context, settings, role)
+        transform.shared_wrapper = wrapper
         try:
-            new_module = transform.transform_module(module)
+            new_module = transform.transform_module(module, apply_imports=False)
         except Exception as exc:  # a bug in a transform
             raise InternalError(
                 f"{path}: transform {transform_cls.NAME} crashed: {exc!r}\n{traceback.format_exc()}"
@@ -260,9 +266,16 @@ def run_transforms(
             finding.line = line_map(finding.line)
             finding.path = path
             findings.append(finding)
-        if not new_module.deep_equals(module):
+        if any(f.kind in ("change", "manual") for f in transform.findings):
             module = new_module
             code = module.code
+            wrapper = None
+        else:
+            wrapper = transform.shared_wrapper
+    try:
+        module = apply_scheduled_imports(context, module)
+    except Exception as exc:  # pragma: no cover - a bug in LibCST's import helpers or ours
+        raise InternalError(f"{path}: adding the imports crashed: {exc!r}\n{traceback.format_exc()}") from exc
     return module, findings
 
 
@@ -530,14 +543,17 @@ def apply_transforms(path: str, source: bytes, names, settings: Settings = Setti
 
     def run(module: cst.Module):
         findings = []
+        context = CodemodContext(filename=path)
         for transform_cls in selected:
-            transform = transform_cls(CodemodContext(filename=path), settings, role)
+            transform = transform_cls(context, settings, role)
             try:
-                module = transform.transform_module(module)
+                new_module = transform.transform_module(module, apply_imports=False)
             except Exception as exc:
                 raise InternalError(f"{path}: transform {transform_cls.NAME} crashed: {exc!r}") from exc
             findings.extend(transform.findings)
-        return module, findings
+            if any(f.kind in ("change", "manual") for f in transform.findings):
+                module = new_module
+        return apply_scheduled_imports(context, module), findings
 
     try:
         new_module, findings = run(module)

@@ -1,0 +1,185 @@
+"""Speed of dp2ddp at repository scale, against a parse floor, TorchFix and ruff.
+
+    python benchmarks/lint_speed.py [--corpus torch|generated|PATH ...] [--repeat 3]
+                                    [--torchfix PATH] [--ruff PATH] [--copies 100]
+
+Corpora that exist on every machine without network: the installed torch
+package's own sources, and a generated repository of N copies of the e2e
+fixtures.  For each it prints files, lines and the median wall time of:
+
+* floors: reading every file; LibCST ``parse_module`` of every file (one process
+  and all cores); ``ast.parse`` of every file;
+* ``dp2ddp lint`` with a cold and a warm cache; ``dp2ddp convert --check``;
+* TorchFix (``torchfix``, a benchmark-only dependency: ``pip install torchfix``,
+  best in its own virtual environment, passed with ``--torchfix``) as the
+  closest LibCST-based peer, and ``ruff check --select ALL`` as the native ceiling;
+* the start-up time of ``dp2ddp --version`` and of ``dp2ddp lint`` on one small file;
+
+and the ratios dp2ddp / TorchFix and dp2ddp / parse floor.  Tools that are not
+installed are reported as such.  Not part of the test-suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+DP2DDP = [sys.executable, "-m", "dp2ddp"]
+
+
+def torch_sources() -> Path:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("torch is not installed")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def generated(copies: int, into: Path) -> Path:
+    cases = sorted((ROOT / "fixtures" / "e2e").glob("*/before"))
+    for index in range(copies):
+        for case in cases:
+            target = into / f"project{index:04d}" / case.parent.name
+            shutil.copytree(case, target)
+    return into
+
+
+def py_files(root: Path) -> List[Path]:
+    return sorted(p for p in root.rglob("*.py") if p.is_file())
+
+
+def timed(function: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def run(cmd: List[str], cwd: Optional[Path] = None) -> None:
+    subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _parse_libcst(path: str) -> None:
+    import libcst
+
+    try:
+        libcst.parse_module(Path(path).read_bytes())
+    except Exception:
+        pass
+
+
+def _parse_ast(path: str) -> None:
+    try:
+        ast.parse(Path(path).read_bytes())
+    except Exception:
+        pass
+
+
+def floors(files: List[Path], repeat: int) -> Dict[str, float]:
+    names = [str(p) for p in files]
+    out = {
+        "read every file": timed(lambda: [p.read_bytes() for p in files], repeat),
+        "ast.parse every file (1 process)": timed(lambda: [_parse_ast(n) for n in names], repeat),
+    }
+    out["LibCST parse every file (1 process)"] = timed(lambda: [_parse_libcst(n) for n in names], 1)
+    workers = os.cpu_count() or 1
+    with ProcessPoolExecutor(workers) as pool:
+        out[f"LibCST parse every file ({workers} processes)"] = timed(
+            lambda: list(pool.map(_parse_libcst, names, chunksize=16)), 1
+        )
+    return out
+
+
+def measure(corpus: Path, repeat: int, torchfix: Optional[str], ruff: Optional[str], slow_repeat: int) -> None:
+    files = py_files(corpus)
+    lines = sum(p.read_bytes().count(b"\n") for p in files)
+    print(f"\n{corpus}: {len(files)} files, {lines} lines")
+    results: Dict[str, float] = floors(files, repeat)
+
+    cache_root = Path(tempfile.mkdtemp(prefix="dp2ddp-bench-"))
+    try:
+        def cold():
+            shutil.rmtree(cache_root / ".dp2ddp_cache", ignore_errors=True)
+            run(DP2DDP + ["lint", "--no-config", "--exit-zero", "-q", str(corpus)], cwd=cache_root)
+
+        results["dp2ddp lint (cold cache)"] = timed(cold, repeat)
+        run(DP2DDP + ["lint", "--no-config", "--exit-zero", "-q", str(corpus)], cwd=cache_root)
+        results["dp2ddp lint (warm cache)"] = timed(
+            lambda: run(DP2DDP + ["lint", "--no-config", "--exit-zero", "-q", str(corpus)], cwd=cache_root),
+            repeat,
+        )
+    finally:
+        shutil.rmtree(cache_root, ignore_errors=True)
+    results["dp2ddp convert --check"] = timed(
+        lambda: run(DP2DDP + ["convert", "--check", "-q", str(corpus)]), slow_repeat
+    )
+    if torchfix:
+        results["TorchFix"] = timed(lambda: run([torchfix, str(corpus)]), slow_repeat)
+    if ruff:
+        results["ruff check --select ALL"] = timed(
+            lambda: run([ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero", "-q", str(corpus)]), repeat
+        )
+    for name, seconds in results.items():
+        print(f"  {name:<44} {seconds:9.3f} s")
+    lint = results["dp2ddp lint (cold cache)"]
+    floor = results["read every file"]
+    print(f"  {'warm lint / reading the files':<44} {results['dp2ddp lint (warm cache)'] / floor:9.2f} x")
+    if "TorchFix" in results:
+        print(f"  {'speed-up of lint over TorchFix':<44} {results['TorchFix'] / lint:9.1f} x")
+        print(f"  {'speed-up of convert --check over TorchFix':<44} {results['TorchFix'] / results['dp2ddp convert --check']:9.1f} x")
+    if "ruff check --select ALL" in results:
+        print(f"  {'lint time / ruff time':<44} {lint / results['ruff check --select ALL']:9.2f} x")
+    parse = results["LibCST parse every file (1 process)"]
+    print(f"  {'lint time / LibCST parse floor':<44} {lint / parse:9.2f} x")
+
+
+def startup(repeat: int) -> None:
+    small = ROOT / "fixtures" / "rules" / "clean" / "ddp_tutorial.py"
+    version = timed(lambda: run(DP2DDP + ["--version"]), repeat)
+    lint = timed(lambda: run(DP2DDP + ["lint", "--no-config", "--no-cache", str(small)]), repeat)
+    bare = timed(lambda: run([sys.executable, "-c", "pass"]), repeat)
+    print("\nstart-up")
+    print(f"  {'python -c pass':<44} {bare:9.3f} s")
+    print(f"  {'dp2ddp --version':<44} {version:9.3f} s")
+    print(f"  {'dp2ddp lint one small file':<44} {lint:9.3f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", action="append", help="torch, generated or a folder (repeatable)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--slow-repeat", type=int, default=1, help="runs of the slow tools (TorchFix, convert)")
+    parser.add_argument("--copies", type=int, default=100, help="copies of the e2e fixtures in 'generated'")
+    parser.add_argument("--torchfix", default=shutil.which("torchfix"))
+    parser.add_argument("--ruff", default=shutil.which("ruff"))
+    args = parser.parse_args()
+    if not args.torchfix:
+        print("TorchFix is not installed: pip install torchfix (or pass --torchfix PATH)")
+    if not args.ruff:
+        print("ruff is not installed: pip install ruff (or pass --ruff PATH)")
+    startup(args.repeat)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.corpus or ["generated", "torch"]:
+            corpus = (
+                torch_sources() if name == "torch"
+                else generated(args.copies, Path(tmp) / "generated") if name == "generated"
+                else Path(name)
+            )
+            measure(corpus, args.repeat, args.torchfix, args.ruff, args.slow_repeat)
+
+
+if __name__ == "__main__":
+    main()
