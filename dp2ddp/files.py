@@ -80,7 +80,24 @@ class _Ignores:
         else:
             chain = [directory]
         specs = [(d, s) for d in chain if (s := _gitignore_spec(d)) is not None]
-        return cls(specs)
+        # a folder given on the command line is walked even when a .gitignore
+        # above it ignores it (asked for by name, like a file): such a file's
+        # patterns then apply below the folder only (`*.pyc` still does, `vendor/`
+        # no longer hides the folder itself)
+        rebased = [
+            (directory if cls([(d, spec)])._ignored_or_parent(directory) else d, spec) for d, spec in specs
+        ]
+        return cls(rebased)
+
+    def _ignored_or_parent(self, path: Path) -> bool:
+        current = path
+        base = self.specs[0][0]
+        while True:
+            if self.ignored(current, is_dir=True):
+                return True
+            if current == base or current.parent == current:
+                return False
+            current = current.parent
 
     def descend(self, directory: Path) -> "_Ignores":
         spec = _gitignore_spec(directory)
@@ -141,16 +158,18 @@ def discover(
     return found, skipped
 
 
-def _walk(directory: Path, root: Path, ignores: _Ignores, extra, skipped) -> Iterator[Path]:
+def _walk(directory: Path, root: Path, ignores: _Ignores, extra, skipped, resolved: Optional[Path] = None) -> Iterator[Path]:
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError as exc:
         skipped.append((directory, f"cannot list: {exc.strerror}"))
         return
-    ignores = ignores.descend(directory.resolve()) if directory.resolve() != root else ignores
+    resolved = resolved if resolved is not None else directory.resolve()  # once per folder
+    if resolved != root:
+        ignores = ignores.descend(resolved)
     for entry in entries:
         path = Path(entry.path)
-        resolved_here = directory.resolve() / entry.name
+        resolved_here = resolved / entry.name
         if entry.is_symlink():
             target = path.resolve()
             if not _inside(target, root):
@@ -162,11 +181,11 @@ def _walk(directory: Path, root: Path, ignores: _Ignores, extra, skipped) -> Ite
             name = entry.name
             if name.startswith(".") or name in SKIP_DIRS or _is_venv(path):
                 continue
-            if ignores.ignored(resolved_here, is_dir=True) or _extra_excluded(extra, path, root, True):
+            if ignores.ignored(resolved_here, is_dir=True) or _extra_excluded(extra, resolved_here, root, True):
                 continue
-            yield from _walk(path, root, ignores, extra, skipped)
+            yield from _walk(path, root, ignores, extra, skipped, resolved_here)
         elif entry.name.endswith(".py"):
-            if ignores.ignored(resolved_here, is_dir=False) or _extra_excluded(extra, path, root, False):
+            if ignores.ignored(resolved_here, is_dir=False) or _extra_excluded(extra, resolved_here, root, False):
                 continue
             yield path
 
@@ -176,7 +195,7 @@ def _extra_excluded(extra, path: Path, root: Path, is_dir: bool) -> bool:
         return False
     exclude, include = extra
     try:
-        rel = path.resolve().relative_to(root).as_posix()
+        rel = path.relative_to(root).as_posix()
     except ValueError:
         rel = path.as_posix()
     if is_dir:

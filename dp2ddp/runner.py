@@ -165,7 +165,7 @@ class LintRun:
         for path in files:
             if spec is not None and self.config.root is not None:
                 try:
-                    rel = path.resolve().relative_to(self.config.root.resolve()).as_posix()
+                    rel = path.absolute().relative_to(self.config.root.resolve()).as_posix()
                 except ValueError:
                     rel = None
                 if rel is not None and spec.match_file(rel):

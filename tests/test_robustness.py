@@ -304,3 +304,14 @@ def test_generated_scripts_convert_to_valid_idempotent_code(data):
         assert out.count(b"\r\n") == out.count(b"\n")
     (again,) = convert_sources({"script.py": out}).files
     assert again.error is None and (again.output is None or again.output == out)
+
+
+def test_a_folder_given_by_name_is_walked_even_if_gitignored_above(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text("vendor/\n*.generated.py\n")
+    inner = tmp_path / "vendor" / "pkg"
+    inner.mkdir(parents=True)
+    (inner / "train.py").write_text(DP)
+    (inner / "x.generated.py").write_text(DP)
+    result = convert("--check", inner)
+    assert "1 file would be converted" in result.stderr  # the folder, minus what is ignored inside
