@@ -228,3 +228,15 @@ def test_pre_commit_hook_definition():
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     assert hooks[0]["id"] == "dp2ddp-lint" and hooks[0]["entry"] == "dp2ddp lint"
     assert hooks[0]["types"] == ["python"]
+
+
+def test_a_crashing_rule_is_an_internal_error_123(project, monkeypatch):
+    from dp2ddp.codemods.rules.save_on_every_rank import SaveOnEveryRank
+
+    def boom(self, src):
+        raise RuntimeError("rule bug")
+
+    monkeypatch.setattr(SaveOnEveryRank, "check", boom)
+    result = lint(project / "train.py", "--no-config", "--no-cache")
+    assert result.exit_code == 123
+    assert "internal error" in result.stderr and "rule bug" in result.stderr

@@ -186,3 +186,15 @@ def test_cli_json_and_exit_codes(workdir):
     assert bad.returncode == 1 and "✗ 3." in bad.stdout
     usage = subprocess.run([sys.executable, "-m", "dp2ddp", "verify", "missing.py"], capture_output=True, text=True)
     assert usage.returncode == 2
+
+
+def test_convert_then_verify(workdir):
+    case = FIXTURES / "e2e" / "single_gpu" / "before" / "train.py"
+    shutil.copy(case, workdir / "train.py")
+    cmd = [sys.executable, "-m", "dp2ddp", "convert", "--write", "--verify", "train.py"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "dp2ddp verify train.py" in proc.stderr and "OK: the script runs distributed." in proc.stderr
+    assert "DistributedDataParallel(" in (workdir / "train.py").read_text()
+    usage = subprocess.run(cmd[:4] + ["--verify", "train.py"], capture_output=True, text=True, cwd=workdir)
+    assert usage.returncode == 2 and "--write" in usage.stderr
