@@ -171,6 +171,15 @@ class Transform(Codemod, cst.CSTTransformer):
                 self.context = dataclasses.replace(self.context, wrapper=oldwrapper)
 
     # ------------------------------------------------------------------ names
+    @property
+    def ast_source(self):
+        """The module as ``ast`` (for the recognisers shared with lint), built once."""
+        if getattr(self, "_ast_source", None) is None:
+            from ._analysis import Source
+
+            self._ast_source = Source(self.context.filename or "<module>", self.module.code)
+        return self._ast_source
+
     def qnames(self, node: cst.CSTNode) -> Set[str]:
         # what QualifiedNameProvider computes for every name, asked for only the
         # nodes a transform looks at (the scope's own lookup, cached per node)

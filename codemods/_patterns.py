@@ -6,12 +6,14 @@ answer questions; editing lives in the transforms.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import TYPE_CHECKING, Iterator, Optional
 
 import libcst as cst
 import libcst.matchers as m
 
+from . import _analysis as A
 from . import _names as N
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -19,8 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
 _GPU_WORD = re.compile(r"(?i)(cuda|gpu|n_?gpu|ngpus?|num_?gpus|multi|parallel|device|dp$)")
-_EVAL_WORD = re.compile(r"(?i)(^|_|\b)(val|valid|validation|test|eval|evaluation|dev|holdout)(_|\b|$|\d|s|set|data|loader)")
-_TRAIN_WORD = re.compile(r"(?i)train")
 
 
 def string_value(node: cst.CSTNode) -> Optional[str]:
@@ -189,12 +189,8 @@ def _is_gpu_term(t: "Transform", node: cst.CSTNode) -> bool:
     return False
 
 
-def is_eval_name(name: str) -> bool:
-    return bool(_EVAL_WORD.search(name)) and not _TRAIN_WORD.search(name)
-
-
-def is_train_name(name: str) -> bool:
-    return bool(_TRAIN_WORD.search(name)) and not _EVAL_WORD.search(name.replace("train", ""))
+is_eval_name = A.is_eval_name
+is_train_name = A.is_train_name
 
 
 def is_pure(node: cst.CSTNode) -> bool:
@@ -246,115 +242,27 @@ def target_names(target: cst.BaseExpression) -> Iterator[str]:
 
 
 # ------------------------------------------------------------------ rank checks
-_RANK_WORD = re.compile(r"(?i)(^|_)(global_?|local_?|world_?|node_?)?rank$|^rank")
-_MAIN_FUNC = re.compile(
-    r"(?i)^(is_)?(main_?process|master|main|primary|rank_?0|rank_?zero|leader|local_?master|"
-    r"local_?main_?process|world_?process_?zero|is_world_process_zero|chief)(_process)?$"
-)
-_MAIN_VAR = re.compile(r"(?i)^(is_)?(main|master|primary|rank_?0|rank_?zero|leader|chief)(_?proc(ess)?|_?rank|_?node)?$")
-
-
-def is_rank_expr(t: "Transform", node: cst.CSTNode) -> bool:
-    """``dist.get_rank()``, ``rank``, ``args.local_rank``, ``args.rank % ngpus``..."""
-    if isinstance(node, cst.Call):
-        names = t.qnames(node.func)
-        if any(n.startswith("torch.distributed.") and n.endswith(("get_rank", "get_node_local_rank")) for n in names):
-            return True
-        last = node.func.attr.value if isinstance(node.func, cst.Attribute) else getattr(node.func, "value", "")
-        return last in ("get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank")
-    if isinstance(node, cst.BinaryOperation):
-        return is_rank_expr(t, node.left)
-    if isinstance(node, cst.Name):
-        return bool(_RANK_WORD.search(node.value))
-    if isinstance(node, cst.Attribute):
-        return bool(_RANK_WORD.search(node.attr.value))
-    if isinstance(node, cst.Subscript):  # os.environ["RANK"]
-        value = node.slice[0].slice if node.slice else None
-        key = string_value(value.value) if isinstance(value, cst.Index) else None
-        return key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID")
-    return False
+# One implementation, on ``ast`` (``_analysis``), shared with the lint rules: a
+# LibCST expression is handed over as its source text, parsed on its own, with
+# the file's imports for qualified names.
+def _as_ast(t: "Transform", node: cst.CSTNode):
+    code = t.module.code_for_node(node)
+    try:
+        return ast.parse(f"(\n{code}\n)", mode="eval").body
+    except SyntaxError:
+        return None
 
 
 def is_main_process_check(t: "Transform", test: cst.BaseExpression) -> bool:
-    """A test that is true on the main process only (rank 0)."""
-    if isinstance(test, cst.BooleanOperation):
-        if isinstance(test.operator, cst.And):
-            return is_main_process_check(t, test.left) or is_main_process_check(t, test.right)
-        # `not dist.is_initialized() or dist.get_rank() == 0`: a world of one, or rank 0
-        operands = [o for o in (test.left, test.right) if not _not_initialized(o)]
-        return bool(operands) and all(is_main_process_check(t, o) for o in operands)
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return is_rank_expr(t, test.expression)
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        target = test.comparisons[0]
-        op = target.operator
-        left, right = test.left, target.comparator
-        if isinstance(right, cst.Integer) and right.value == "0" and isinstance(op, (cst.Equal, cst.LessThanEqual, cst.LessThan)):
-            return is_rank_expr(t, left) or _int_call_of_rank(t, left)
-        if isinstance(left, cst.Integer) and left.value == "0" and isinstance(op, cst.Equal):
-            return is_rank_expr(t, right)
-        if isinstance(op, cst.In) and isinstance(right, (cst.List, cst.Tuple, cst.Set)):
-            numbers = set()
-            for element in right.elements:
-                v = element.value
-                if isinstance(v, cst.Integer):
-                    numbers.add(v.value)
-                elif isinstance(v, cst.UnaryOperation) and isinstance(v.expression, cst.Integer):
-                    numbers.add("-" + v.expression.value)
-            return "0" in numbers and numbers <= {"0", "-1"} and is_rank_expr(t, left)
-        return False
-    if isinstance(test, cst.Call):
-        func = test.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
-        return bool(_MAIN_FUNC.match(name or ""))
-    if isinstance(test, cst.Name):
-        return bool(_MAIN_VAR.match(test.value))
-    if isinstance(test, cst.Attribute):
-        return bool(_MAIN_VAR.match(test.attr.value))
-    return False
-
-
-def _not_initialized(node: cst.CSTNode) -> bool:
-    return (
-        isinstance(node, cst.UnaryOperation)
-        and isinstance(node.operator, cst.Not)
-        and isinstance(node.expression, cst.Call)
-        and dotted_name(node.expression.func).endswith("is_initialized")
-    )
-
-
-def _int_call_of_rank(t: "Transform", node: cst.CSTNode) -> bool:
-    # int(os.environ["RANK"]) == 0
-    return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Name)
-        and node.func.value == "int"
-        and len(node.args) == 1
-        and (is_rank_expr(t, node.args[0].value) or _environ_rank(node.args[0].value))
-    )
-
-
-def _environ_rank(node: cst.CSTNode) -> bool:
-    # os.environ.get("RANK", 0)
-    return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value == "get"
-        and bool(node.args)
-        and string_value(node.args[0].value) in ("RANK", "LOCAL_RANK", "SLURM_PROCID")
-    )
+    """A test true on the main process only (see ``_analysis.is_main_process_check``)."""
+    expr = _as_ast(t, test)
+    return expr is not None and A.is_main_process_check(t.ast_source, expr)
 
 
 def is_rank_dependent(t: "Transform", test: cst.BaseExpression) -> bool:
-    """A test whose value may differ between ranks because it asks about the rank."""
-    if is_main_process_check(t, test):
-        return True
-    for sub in _walk(test):
-        if isinstance(sub, (cst.Call, cst.Name, cst.Attribute, cst.Subscript)) and (
-            is_rank_expr(t, sub) or _environ_rank(sub)
-        ):
-            return True
-    return False
+    """A test whose value may differ between ranks (``_analysis.is_rank_dependent``)."""
+    expr = _as_ast(t, test)
+    return expr is not None and A.is_rank_dependent(t.ast_source, expr)
 
 
 def under_main_process_check(t: "Transform", node: cst.CSTNode) -> bool:

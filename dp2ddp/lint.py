@@ -216,6 +216,22 @@ def _lint_job(job: Tuple[str, bytes, bool]) -> Tuple[str, List[Diagnostic], bool
     return path, found, parsed
 
 
+def _run_jobs(todo, config: LintConfig, rules: List[Rule], workers: int):
+    """(path, findings, parsed) for each job: in a pool of forked processes when
+    there are enough files to pay for it, in this process otherwise."""
+    if workers > 1 and len(todo) >= 64 and hasattr(os, "fork"):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(config,)) as pool:
+            yield from pool.map(_lint_job, todo, chunksize=max(1, len(todo) // (workers * 8)))
+    else:
+        for path, data, use_trigger in todo:
+            found, parsed = lint_source(path, data, rules, config, use_trigger)
+            yield path, found, parsed
+
+
 def lint_sources(
     sources: Mapping[str, bytes],
     config: LintConfig = LintConfig(),
@@ -237,32 +253,13 @@ def lint_sources(
             result.diagnostics.extend(cached)
             continue
         todo.append((path, data, use_trigger))
-    done = 0
-    if workers > 1 and len(todo) >= 64 and hasattr(os, "fork"):
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(config,)) as pool:
-            outcomes = pool.map(_lint_job, todo, chunksize=max(1, len(todo) // (workers * 8)))
-            for path, found, parsed in outcomes:
-                done += 1
-                if progress:
-                    progress(done, len(todo))
-                result.parsed += int(parsed)
-                result.diagnostics.extend(found)
-                if cache is not None:
-                    cache.put(path, sources[path], found)
-    else:
-        for path, data, trig in todo:
-            found, parsed = lint_source(path, data, rules, config, trig)
-            done += 1
-            if progress:
-                progress(done, len(todo))
-            result.parsed += int(parsed)
-            result.diagnostics.extend(found)
-            if cache is not None:
-                cache.put(path, data, found)
+    for done, (path, found, parsed) in enumerate(_run_jobs(todo, config, rules, workers), 1):
+        if progress:
+            progress(done, len(todo))
+        result.parsed += int(parsed)
+        result.diagnostics.extend(found)
+        if cache is not None:
+            cache.put(path, sources[path], found)
     result.diagnostics.sort(key=lambda d: d.sort_key)
     return result
 

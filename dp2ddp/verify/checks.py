@@ -108,9 +108,7 @@ def evaluate(records: Records, expected_world: int, launched, options) -> List[C
     return checks
 
 
-def _display(path: str) -> str:
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
+from dp2ddp.verify.harness import display as _display
 
 
 # 1 -------------------------------------------------------------------------

@@ -81,7 +81,8 @@ class Recorder:
 
 
 # ------------------------------------------------------------------ locations
-def _display(path: str) -> str:
+def display(path: str) -> str:
+    """A path relative to the working folder when it is below it, else absolute."""
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
 
@@ -92,7 +93,7 @@ def _user_location(script_dir: str, skip: int = 2) -> Optional[str]:
     while frame is not None:
         filename = frame.f_code.co_filename
         if _is_user_file(filename, script_dir):
-            return f"{_display(filename)}:{frame.f_lineno}"
+            return f"{display(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None
 
@@ -490,7 +491,7 @@ def _exception_location(exc: BaseException, script_dir: str) -> Optional[str]:
     where = None
     for frame, line in traceback.walk_tb(exc.__traceback__):
         if _is_user_file(frame.f_code.co_filename, script_dir):
-            where = f"{_display(frame.f_code.co_filename)}:{line}"
+            where = f"{display(frame.f_code.co_filename)}:{line}"
     return where
 
 
