@@ -159,3 +159,15 @@ def test_final_weights_match_original(e2e, name):
     assert sorted(before) == sorted(after)
     worst = max((before[k].double() - after[k].double()).abs().max().item() for k in before)
     assert worst < 1e-4, f"max weight difference {worst}"
+
+
+def test_converted_script_still_runs_as_plain_python(tmp_path):
+    """Without torchrun the converted script is a world of one and trains as before."""
+    case = FIXTURES / "e2e" / "dp_classifier"
+    work = tmp_path / "plain"
+    copy_tree(case / "after", work)
+    args = json.loads((case / "case.json").read_text())["args"]
+    run = run_script(work, "train.py", args, distributed=False)
+    assert run.returncode == 0, run.output[-3000:]
+    assert (work / "checkpoint.pt").exists()
+    assert {w["rank"] for w in run.writes} == {None}
