@@ -3,6 +3,11 @@ not analysed again.  One JSON file per configuration under ``.dp2ddp_cache/``
 in the project (a ``.gitignore`` inside keeps it out of git); ``--no-cache``
 turns it off.  The key covers the dp2ddp version and everything in the
 configuration that changes a file's findings; the entry, the file's content.
+
+Like git's index, an entry also keeps the file's size and modification time:
+when both are unchanged and the file had not been modified in the two seconds
+before it was hashed (so that a later edit must have moved its mtime), the file
+is not even read.  Otherwise its content hash decides.
 """
 
 from __future__ import annotations
@@ -11,13 +16,18 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 from dp2ddp import __version__
 from dp2ddp.codemods.rules import Diagnostic
+from dp2ddp.files import SourceFiles
 
 CACHE_DIR = ".dp2ddp_cache"
+# a file modified this close to the time it was hashed may be modified again
+# within the same mtime tick (coarse file systems tick in 2 s): its stat proves nothing
+RACY_NS = 2_000_000_000
 
 
 class LintCache:
@@ -50,15 +60,38 @@ class LintCache:
     def _digest(data: bytes) -> str:
         return hashlib.blake2b(data, digest_size=16).hexdigest()
 
-    def get(self, path: str, data: bytes) -> Optional[List[Diagnostic]]:
+    def fresh(self, path: str, key) -> bool:
+        """The file's (size, mtime_ns), taken before reading it, proves it unchanged."""
         entry = self.entries.get(os.path.abspath(path))
-        if entry is None or entry["digest"] != self._digest(data):
+        return (
+            entry is not None
+            and key is not None
+            and entry.get("stat") == list(key)
+            and key[1] < entry.get("hashed_at", 0) - RACY_NS
+        )
+
+    def get(self, path: str, sources: Mapping[str, bytes]) -> Optional[List[Diagnostic]]:
+        """The cached findings for ``path`` if the file is unchanged.  ``sources``
+        maps paths to bytes; a ``SourceFiles`` also gives the stat taken before
+        reading, which spares reading files the cache vouches for."""
+        entry = self.entries.get(os.path.abspath(path))
+        if entry is None:
             return None
+        key = sources.stat(path) if isinstance(sources, SourceFiles) else None
+        if not self.fresh(path, key):
+            if entry["digest"] != self._digest(sources[path]):
+                return None
+            if key is not None:  # same content, new stat: vouch by stat from now on
+                entry["stat"], entry["hashed_at"] = list(key), time.time_ns()
+                self.dirty = True
         return [Diagnostic(**{**d, "path": path}) for d in entry["diagnostics"]]
 
-    def put(self, path: str, data: bytes, diagnostics: List[Diagnostic]) -> None:
+    def put(self, path: str, sources: Mapping[str, bytes], diagnostics: List[Diagnostic]) -> None:
+        key = sources.stat(path) if isinstance(sources, SourceFiles) else None
         self.entries[os.path.abspath(path)] = {
-            "digest": self._digest(data),
+            "digest": self._digest(sources[path]),
+            "stat": list(key) if key is not None else None,
+            "hashed_at": time.time_ns(),
             "diagnostics": [{k: v for k, v in d.to_dict().items() if k != "path"} for d in diagnostics],
         }
         self.dirty = True

@@ -299,14 +299,14 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
             check_selectors(codes, known, "per-file-ignores")
     except ConfigError as exc:
         raise click.UsageError(str(exc))
-    run = LintRun(paths, config, extra_exclude=exclude)
-    try:
-        sources = run.read()
-    except ConvertRun.UsageError as exc:
-        raise click.UsageError(str(exc))
     from dp2ddp.cache import LintCache
 
     cache = None if no_cache else LintCache(config.root or Path.cwd(), config)
+    run = LintRun(paths, config, extra_exclude=exclude)
+    try:
+        sources = run.read(cache)
+    except ConvertRun.UsageError as exc:
+        raise click.UsageError(str(exc))
     workers = jobs or os.cpu_count() or 1
     progress = _progress_bar() if sys.stderr.isatty() and len(sources) >= 200 else None
     try:

@@ -17,7 +17,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 SKIP_DIRS = frozenset(
     {
@@ -39,14 +39,15 @@ class DiscoveryError(Exception):
     """A path given on the command line that does not exist."""
 
 
-def _gitignore_spec(directory: Path):
-    ignore = directory / ".gitignore"
-    if not ignore.is_file():
+def _gitignore_spec(directory):
+    ignore = os.path.join(directory, ".gitignore")
+    if not os.path.isfile(ignore):
         return None
     import pathspec
 
     try:
-        lines = ignore.read_text(encoding="utf-8", errors="replace").splitlines()
+        with open(ignore, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
     except OSError:
         return None
     return pathspec.GitIgnoreSpec.from_lines(lines)
@@ -99,15 +100,22 @@ class _Ignores:
                 return False
             current = current.parent
 
-    def descend(self, directory: Path) -> "_Ignores":
+    def descend(self, directory) -> "_Ignores":
         spec = _gitignore_spec(directory)
-        return _Ignores(self.specs + [(directory, spec)]) if spec is not None else self
+        return _Ignores(self.specs + [(Path(directory), spec)]) if spec is not None else self
 
-    def ignored(self, path: Path, is_dir: bool) -> bool:
+    def ignored(self, path, is_dir: bool) -> bool:
+        """``path``: an absolute, resolved path (str or Path)."""
+        path = str(path)
         for base, spec in self.specs:
-            try:
-                rel = path.relative_to(base).as_posix()
-            except ValueError:
+            base = str(base)
+            if path == base:
+                rel = "."
+            elif path.startswith(base.rstrip(os.sep) + os.sep):
+                rel = path[len(base.rstrip(os.sep)) + 1 :]
+                if os.sep != "/":
+                    rel = rel.replace(os.sep, "/")
+            else:
                 continue
             if is_dir:
                 rel += "/"
@@ -116,8 +124,8 @@ class _Ignores:
         return False
 
 
-def _is_venv(directory: Path) -> bool:
-    return (directory / "pyvenv.cfg").is_file() or (directory / "conda-meta").is_dir()
+def _is_venv(directory: str) -> bool:
+    return os.path.isfile(os.path.join(directory, "pyvenv.cfg")) or os.path.isdir(os.path.join(directory, "conda-meta"))
 
 
 def discover(
@@ -153,24 +161,27 @@ def discover(
             skipped.append((given, "not a regular file or directory"))
             continue
         root = given.resolve()
-        for path in _walk(given, root, _Ignores.for_directory(root), extra, skipped):
+        for path in _walk(str(given), root, _Ignores.for_directory(root), extra, skipped):
             add(path)
     return found, skipped
 
 
-def _walk(directory: Path, root: Path, ignores: _Ignores, extra, skipped, resolved: Optional[Path] = None) -> Iterator[Path]:
+def _walk(directory: str, root: Path, ignores: _Ignores, extra, skipped, resolved: Optional[str] = None) -> Iterator[Path]:
+    # plain strings and os.scandir: pathlib costs more than the walk itself on
+    # thousands of files
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError as exc:
-        skipped.append((directory, f"cannot list: {exc.strerror}"))
+        skipped.append((Path(directory), f"cannot list: {exc.strerror}"))
         return
-    resolved = resolved if resolved is not None else directory.resolve()  # once per folder
-    if resolved != root:
+    resolved = resolved if resolved is not None else os.path.realpath(directory)  # once per folder
+    if resolved != str(root):
         ignores = ignores.descend(resolved)
     for entry in entries:
-        path = Path(entry.path)
-        resolved_here = resolved / entry.name
+        name = entry.name
+        resolved_here = os.path.join(resolved, name)
         if entry.is_symlink():
+            path = Path(entry.path)
             target = path.resolve()
             if not _inside(target, root):
                 skipped.append((path, "symbolic link out of the tree, not followed"))
@@ -178,16 +189,15 @@ def _walk(directory: Path, root: Path, ignores: _Ignores, extra, skipped, resolv
             if target.is_dir():
                 continue  # its files are reached through the tree itself
         if entry.is_dir(follow_symlinks=False):
-            name = entry.name
-            if name.startswith(".") or name in SKIP_DIRS or _is_venv(path):
+            if name.startswith(".") or name in SKIP_DIRS or _is_venv(entry.path):
                 continue
             if ignores.ignored(resolved_here, is_dir=True) or _extra_excluded(extra, resolved_here, root, True):
                 continue
-            yield from _walk(path, root, ignores, extra, skipped, resolved_here)
-        elif entry.name.endswith(".py"):
+            yield from _walk(entry.path, root, ignores, extra, skipped, resolved_here)
+        elif name.endswith(".py"):
             if ignores.ignored(resolved_here, is_dir=False) or _extra_excluded(extra, resolved_here, root, False):
                 continue
-            yield path
+            yield Path(entry.path)
 
 
 def _extra_excluded(extra, path: Path, root: Path, is_dir: bool) -> bool:
@@ -195,9 +205,9 @@ def _extra_excluded(extra, path: Path, root: Path, is_dir: bool) -> bool:
         return False
     exclude, include = extra
     try:
-        rel = path.relative_to(root).as_posix()
+        rel = Path(path).relative_to(root).as_posix()
     except ValueError:
-        rel = path.as_posix()
+        rel = Path(path).as_posix()
     if is_dir:
         rel += "/"
     if exclude is not None and exclude.match_file(rel):
@@ -216,6 +226,50 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 # ---------------------------------------------------------------- reading/writing
+StatKey = Tuple[int, int]  # (size, mtime_ns)
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    return (st.st_size, st.st_mtime_ns)
+
+
+class SourceFiles(Mapping[str, bytes]):
+    """{path: bytes} of the files a run looks at, with each file's stat taken
+    *before* it was read.  A file may be left unread (the lint cache vouched for
+    it by its stat): it is read the first time its bytes are asked for."""
+
+    def __init__(self) -> None:
+        self._data: Dict[str, Optional[bytes]] = {}
+        self._stats: Dict[str, StatKey] = {}
+
+    def add(self, path: str, data: Optional[bytes], key: Optional[StatKey] = None) -> None:
+        self._data[path] = data
+        if key is not None:
+            self._stats[path] = key
+
+    def stat(self, path: str) -> Optional[StatKey]:
+        return self._stats.get(path)
+
+    def is_read(self, path: str) -> bool:
+        return self._data[path] is not None
+
+    def __getitem__(self, path: str) -> bytes:
+        data = self._data[path]
+        if data is None:
+            data = self._data[path] = Path(path).read_bytes()
+        return data
+
+    def __setitem__(self, path: str, data: bytes) -> None:
+        self._data[path] = data
+        self._stats.pop(path, None)  # what is on disk now was not stat-ed before reading
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

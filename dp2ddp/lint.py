@@ -246,20 +246,20 @@ def lint_sources(
     rules = selected_rules(config)
     result = LintResult()
     todo: List[Tuple[str, bytes, bool]] = []
-    for path, data in sources.items():
+    for path in sources:
         result.files += 1
-        cached = cache.get(path, data) if cache is not None else None
+        cached = cache.get(path, sources) if cache is not None else None
         if cached is not None:
             result.diagnostics.extend(cached)
             continue
-        todo.append((path, data, use_trigger))
+        todo.append((path, sources[path], use_trigger))
     for done, (path, found, parsed) in enumerate(_run_jobs(todo, config, rules, workers), 1):
         if progress:
             progress(done, len(todo))
         result.parsed += int(parsed)
         result.diagnostics.extend(found)
         if cache is not None:
-            cache.put(path, sources[path], found)
+            cache.put(path, sources, found)
     result.diagnostics.sort(key=lambda d: d.sort_key)
     return result
 

@@ -6,10 +6,11 @@ Separated from the CLI so that tests and other tools (``lint --fix``,
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from dp2ddp.files import ConcurrentModification, DiscoveryError, digest, discover, write_atomic
+from dp2ddp.files import ConcurrentModification, DiscoveryError, SourceFiles, digest, discover, stat_key, write_atomic
 
 # The engine (LibCST) is imported only by what converts: `dp2ddp lint` must start fast.
 
@@ -151,17 +152,20 @@ class LintRun:
         self.extra_exclude = extra_exclude
         self.write_errors: List[str] = []
         self.internal_errors: List[str] = []
-        self._digests: Dict[str, str] = {}
 
-    def read(self) -> Dict[str, bytes]:
-        import pathspec
-
+    def read(self, cache=None) -> SourceFiles:
+        """The files to lint.  A file the ``cache`` vouches for by its stat is
+        not read now (only if its bytes are needed, e.g. for a fix)."""
         try:
             files, _ = discover(self.paths, exclude=self.extra_exclude)
         except DiscoveryError as exc:
             raise ConvertRun.UsageError(str(exc)) from exc
-        spec = pathspec.GitIgnoreSpec.from_lines(self.config.exclude) if self.config.exclude else None
-        sources: Dict[str, bytes] = {}
+        spec = None
+        if self.config.exclude:
+            import pathspec
+
+            spec = pathspec.GitIgnoreSpec.from_lines(self.config.exclude)
+        sources = SourceFiles()
         for path in files:
             if spec is not None and self.config.root is not None:
                 try:
@@ -170,13 +174,17 @@ class LintRun:
                     rel = None
                 if rel is not None and spec.match_file(rel):
                     continue
+            name = str(path)
             try:
+                key = stat_key(os.stat(name))  # before reading: see LintCache
+                if cache is not None and cache.fresh(name, key):
+                    sources.add(name, None, key)
+                    continue
                 data = path.read_bytes()
             except OSError as exc:
                 self.write_errors.append(f"{path}: cannot read: {exc.strerror or exc}")
                 continue
-            sources[str(path)] = data
-            self._digests[str(path)] = digest(data)
+            sources.add(name, data, key)
         return sources
 
     def fix(self, sources: Dict[str, bytes], diagnostics, unsafe: bool) -> List[str]:
@@ -184,6 +192,8 @@ class LintRun:
         from dp2ddp.lint import fix_sources
 
         written = []
+        # what was read, to refuse writing over a file edited since
+        read_digests = {path: digest(data) for path, data in sources.items()}
         for path, file in fix_sources(sources, diagnostics, unsafe, explicit_files(self.paths)).items():
             if file.error is not None:
                 (self.internal_errors if file.internal else self.write_errors).append(file.error)
@@ -191,7 +201,7 @@ class LintRun:
             if not file.changed:
                 continue
             try:
-                write_atomic(Path(path), file.output, expected_digest=self._digests.get(path))
+                write_atomic(Path(path), file.output, expected_digest=read_digests.get(path))
             except (ConcurrentModification, OSError) as exc:
                 self.write_errors.append(str(exc))
                 continue

@@ -185,6 +185,70 @@ def test_lint_results_identical_across_jobs_and_cache(many, monkeypatch):
     assert again.parsed == 1
 
 
+def _warm_run(root: Path):
+    """A cold run that fills the cache, then the sources a warm run reads."""
+    from dp2ddp.cache import LintCache
+    from dp2ddp.config import LintConfig
+    from dp2ddp.lint import lint_sources
+    from dp2ddp.runner import LintRun
+
+    cache = LintCache(root, LintConfig())
+    cold = lint_sources(LintRun([root], LintConfig()).read(cache), LintConfig(), cache=cache)
+    cache.save()
+    return cold
+
+
+def _lint_again(root: Path):
+    from dp2ddp.cache import LintCache
+    from dp2ddp.config import LintConfig
+    from dp2ddp.lint import lint_sources
+    from dp2ddp.runner import LintRun
+
+    cache = LintCache(root, LintConfig())
+    sources = LintRun([root], LintConfig()).read(cache)
+    return sources, lint_sources(sources, LintConfig(), cache=cache)
+
+
+def test_warm_lint_does_not_read_files_the_stat_vouches_for(tmp_path):
+    root = tmp_path / "p"
+    shutil.copytree(FIXTURES / "rules" / "DDP302", root)
+    hour_ago = os.stat(root / "bad_every_rank.py").st_mtime_ns - 3600 * 10**9
+    for path in root.iterdir():
+        os.utime(path, ns=(hour_ago, hour_ago))
+    cold = _warm_run(root)
+    sources, warm = _lint_again(root)
+    assert [d.to_dict() for d in warm.diagnostics] == [d.to_dict() for d in cold.diagnostics]
+    assert warm.parsed == 0 and cold.diagnostics
+    assert not any(sources.is_read(p) for p in sources)  # not even read
+    # an edit moves the mtime: read, hashed, analysed again
+    edited = root / "good_rank_checks.py"
+    edited.write_bytes(edited.read_bytes() + b"\ntorch.save(model.state_dict(), 'x.pt')\n")
+    sources, again = _lint_again(root)
+    assert sources.is_read(str(edited)) and again.parsed == 1
+    assert any(d.path == str(edited) and d.code == "DDP302" for d in again.diagnostics)
+
+
+def test_a_file_edited_within_the_mtime_tick_is_not_trusted_by_its_stat(tmp_path):
+    # the racy case: an edit that keeps the size and the mtime of a file that
+    # was modified just before it was hashed; its content decides
+    root = tmp_path / "p"
+    shutil.copytree(FIXTURES / "rules" / "DDP302", root)
+    target = root / "bad_every_rank.py"
+    os.utime(target)  # modified just now (copytree kept the checkout's mtime)
+    cold = _warm_run(root)
+    assert any(d.path == str(target) for d in cold.diagnostics)
+    before = os.stat(target)
+    text = target.read_bytes()
+    same_size = text.replace(b"torch.save(", b"torch.Save(")
+    assert len(same_size) == len(text) and same_size != text
+    target.write_bytes(same_size)
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(target).st_mtime_ns == before.st_mtime_ns
+    sources, warm = _lint_again(root)
+    assert sources.is_read(str(target)) and warm.parsed == 1
+    assert [d for d in warm.diagnostics if d.path == str(target) and d.code == "DDP302"] == []
+
+
 def test_lint_cache_on_the_command_line(many, monkeypatch):
     monkeypatch.chdir(many)
     first = invoke("lint", "--no-config", "--exit-zero", many)
