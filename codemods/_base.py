@@ -217,8 +217,10 @@ class Transform(Codemod, cst.CSTTransformer):
         return set()
 
     def is_ref(self, node: cst.CSTNode, names: Iterable[str]) -> bool:
-        """``node`` (a Name or Attribute) refers to one of ``names``."""
-        return not self.qnames(node).isdisjoint(names)
+        """``node`` (a Name or Attribute) refers to one of ``names``.  (The scope
+        also names a call by its callee -- ``DataParallel(net)`` -- which is not a
+        reference to it: ``DataParallel(net)(x)`` does not call DataParallel.)"""
+        return isinstance(node, (cst.Name, cst.Attribute)) and not self.qnames(node).isdisjoint(names)
 
     def is_call(self, node: cst.CSTNode, names: Iterable[str]) -> bool:
         return isinstance(node, cst.Call) and self.is_ref(node.func, names)

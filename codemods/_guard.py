@@ -39,6 +39,11 @@ class MainProcessGuard(Transform):
         """Whether ``stmt`` joins the run that the previous statements started."""
         return self.starts(stmt) is not None
 
+    def refuse(self, run: Sequence[cst.BaseStatement]) -> Optional[str]:
+        """Why guarding ``run`` would break the script (then it is left as it is
+        and reported), or None."""
+        return None
+
     def after_run(self, run: Sequence[cst.BaseStatement]) -> List[cst.BaseStatement]:
         """Statements to put after a guarded run (e.g. a barrier)."""
         return []
@@ -89,6 +94,16 @@ class MainProcessGuard(Transform):
             end = index + 1
             while end < len(originals) and self.continues(originals[end]):
                 end += 1
+            refused = self.refuse(originals[index:end])
+            if refused is not None:
+                self.manual(originals[index], refused)
+                first = updated[index]
+                markers = self.marker_lines(originals[index])
+                out.append(first.with_changes(leading_lines=[*first.leading_lines, *markers]))
+                out.extend(updated[index + 1 : end])
+                changed = changed or bool(markers)
+                index = end
+                continue
             run = list(updated[index:end])
             after = self.after_run(originals[index:end])
             markers = self.marker_lines(originals[index])

@@ -124,6 +124,17 @@ class DataParallelToDDP(Transform):
                 "non-distributed branch",
             )
             return updated
+        parent = self.parent(original)
+        if isinstance(parent, cst.Call) and parent.func is original:
+            self.manual(
+                original,
+                "DataParallel built and called in one expression (a new wrapper on every call): "
+                "wrap the model in DDP once, where it is built, and call that",
+            )
+            return updated
+        if any(arg.star for arg in original.args):
+            self.manual(original, "DataParallel called with *args/**kwargs: wrap the module in DDP by hand")
+            return updated
         module_arg = None
         keep = []
         for arg in updated.args:

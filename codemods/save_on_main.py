@@ -117,6 +117,27 @@ class SaveOnMainProcess(MainProcessGuard):
             if not isinstance(parent, cst.Expr) and not P.under_main_process_check(self, node):
                 self.manual(node, "torch.save inside an expression: make sure only rank 0 writes")
 
+    def refuse(self, run: Sequence[cst.BaseStatement]) -> Optional[str]:
+        """The file is read back before the first spot every rank reaches (``if
+        loss < best: torch.save(..., p); model.load_state_dict(torch.load(p))``):
+        a barrier cannot go between them -- the condition may differ between
+        ranks -- and without one the other ranks read a file not yet written."""
+        paths = {self._save_path(s) for s in run} - {None}
+        anchor = self._anchor(run[0])
+        if not paths or anchor is None or anchor is run[0]:
+            return None
+        inside = {id(n) for stmt in run for n in P.walk(stmt)}
+        start = self.position(run[0])[0]
+        for load in self._loads_in(anchor):
+            if id(load) in inside or not load.args or self.position(load)[0] <= start:
+                continue
+            if self.module.code_for_node(load.args[0].value) in paths:
+                return (
+                    "the checkpoint is read back in the same block, before a point every rank "
+                    "reaches: save on rank 0, then dist.barrier() where all ranks get, then load"
+                )
+        return None
+
     def after_run(self, run: Sequence[cst.BaseStatement]) -> List[cst.BaseStatement]:
         paths = {self._save_path(s) for s in run} - {None}
         if not paths & self._paths_loaded():

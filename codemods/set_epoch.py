@@ -32,6 +32,7 @@ from . import _patterns as P
 from ._base import FileRole, Transform
 from .sampler import _arg, _calls_backward, _iterated
 
+_COLLECTIONS = (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _EPOCH = re.compile(r"(?i)^(epoch|ep|e|epoch_?(idx|id|num|i|no)|cur_?epoch|current_?epoch|i_?epoch)$")
 
 
@@ -39,7 +40,7 @@ class SetEpoch(Transform):
     CODE = "DDP102"
     NAME = "set-epoch"
     DESCRIPTION = "Call sampler.set_epoch(epoch) at the top of every epoch loop."
-    TRIGGERS = ("for ",)
+    TRIGGERS = ("for ", "iter(")
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:
@@ -52,6 +53,7 @@ class SetEpoch(Transform):
         self._at_top: Dict[cst.CSTNode, List[str]] = {}
         self._before_stmt: Dict[cst.CSTNode, List[str]] = {}
         self._all_calls: Optional[List[cst.Call]] = None
+        self._iter_reported: Set[str] = set()
 
     # ------------------------------------------------------------------ finding
     def visit_For(self, node: cst.For) -> None:
@@ -68,6 +70,27 @@ class SetEpoch(Transform):
                 continue
             self._place(node, name, guarded=known != "ours")
 
+    def visit_Call(self, node: cst.Call) -> None:
+        """``it = iter(train_loader)`` ... ``next(it)``: passes over the data start
+        wherever the iterator runs out, which only the author knows."""
+        if not (m.matches(node.func, m.Name("iter")) and len(node.args) == 1):
+            return
+        loader = node.args[0].value
+        name = P.dotted_name(loader)
+        if not name or name in self._iter_reported:
+            return
+        known = self._known_loader(loader, node)
+        if known != "ours" and not (known is None and P.is_train_name(name.rsplit(".", 1)[-1])):
+            return
+        if _calls_set_epoch(self.enclosing_function(node) or self.module):
+            return
+        self._iter_reported.add(name)
+        self.manual(
+            node,
+            f"{name} is consumed through iter()/next(): call {name}.sampler.set_epoch(n) "
+            "each time a new pass over the data starts, or every pass repeats the same order",
+        )
+
     def _known_loader(self, loader: cst.BaseExpression, at: cst.CSTNode) -> Optional[str]:
         """"ours" (a DataLoader with a DistributedSampler built here), "eval", "other", None."""
         if not isinstance(loader, cst.Name):
@@ -81,6 +104,9 @@ class SetEpoch(Transform):
             if not isinstance(node, cst.Name):
                 return None
             assign = self._assign_of(node)
+            if assign is not None and isinstance(assign.value, _COLLECTIONS):
+                kinds.add("other")  # a list of loaders, not a loader
+                continue
             if assign is None or not self.is_call(assign.value, N.DATA_LOADER):
                 return None
             sampler = _arg(assign.value, 3, "sampler")
@@ -154,8 +180,10 @@ class SetEpoch(Transform):
         self._plan(epoch_loop, loader, epoch, guarded, where)
 
     def _top_or_before(self, owner: cst.CSTNode, batch_loop: cst.For, loader: str):
-        """Top of ``owner``'s body, or right before the statement holding the batch
-        loop when the loader is (re)built inside ``owner``."""
+        """Top of ``owner``'s body; right before the statement holding the batch
+        loop when the loader is (re)built inside ``owner``; right before the batch
+        loop itself when the name is bound on the way to it (``for loader in
+        (a, b):``, an ``if`` that picks one), where the top would not know it."""
         body = owner.body
         assert isinstance(body, cst.IndentedBlock)
         holder = None
@@ -163,9 +191,12 @@ class SetEpoch(Transform):
             if _contains(stmt, batch_loop):
                 holder = stmt
                 break
-        assigned_inside = any(
-            loader in _assigned_names(stmt) for stmt in body.body[: body.body.index(holder)] if holder is not None
-        ) if holder is not None else False
+        if holder is None:
+            return ("top", owner)
+        root = loader.split(".", 1)[0]
+        if holder is not batch_loop and root in _bound_on_the_way(holder, batch_loop):
+            return ("before", batch_loop)
+        assigned_inside = any(loader in _assigned_names(stmt) for stmt in body.body[: body.body.index(holder)])
         return ("before", holder) if assigned_inside else ("top", owner)
 
     def _plan(self, owner: cst.CSTNode, loader: str, epoch: str, guarded: bool, where) -> None:
@@ -284,6 +315,32 @@ def _calls_set_epoch(node: cst.CSTNode) -> bool:
 
 def _contains(haystack: cst.CSTNode, needle: cst.CSTNode) -> bool:
     return any(n is needle for n in P.walk(haystack))
+
+
+def _bound_on_the_way(holder: cst.CSTNode, batch_loop: cst.For) -> Set[str]:
+    """Names that ``holder`` binds outside ``batch_loop``: loop targets, ``with ...
+    as``, assignments -- a name the top of the epoch loop does not know yet."""
+    names: Set[str] = set()
+
+    def visit(node: cst.CSTNode) -> None:
+        if node is batch_loop:
+            return
+        if isinstance(node, (cst.For, cst.CompFor)):
+            names.update(P.dotted_name(e).split(".", 1)[0] for e in _flatten(node.target))
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            names.update(P.dotted_name(e).split(".", 1)[0] for e in _flatten(node.asname.name))
+        elif isinstance(node, cst.AssignTarget):
+            names.update(P.dotted_name(e).split(".", 1)[0] for e in _flatten(node.target))
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+            names.add(P.dotted_name(node.target).split(".", 1)[0])
+        elif isinstance(node, cst.NamedExpr):
+            names.add(P.dotted_name(node.target).split(".", 1)[0])
+        for child in node.children:
+            visit(child)
+
+    visit(holder)
+    names.discard("")
+    return names
 
 
 def _assigned_names(stmt: cst.CSTNode) -> Set[str]:

@@ -71,6 +71,14 @@ class WrapModel(Transform):
         if key in self._wrapped or self._is_ddp(model, node):
             return
         self._wrapped.add(key)
+        wrapper = self._data_parallel_like(model, node)
+        if wrapper is not None:
+            self.manual(
+                node,
+                f"{model} is wrapped by {wrapper}, a DataParallel variant: replace that wrapper "
+                "with DistributedDataParallel by hand (DDP around it would nest two wrappers)",
+            )
+            return
         local_rank = self.rank_name(node, "local_rank")
         device = self.rank_name(node, "device")
         if local_rank is None or device is None:
@@ -85,6 +93,30 @@ class WrapModel(Transform):
         )
         self.insert_before(stmt, [wrap])
         self.changed(node, f"{model} is wrapped in DistributedDataParallel before its optimizer is built")
+
+    def _data_parallel_like(self, model: str, at: cst.CSTNode) -> Optional[str]:
+        """The class ``model`` was built with when that is a DataParallel subclass of
+        this file or, from elsewhere, a class named like one
+        (``DataParallelWithCallback`` of the synchronized-BatchNorm package)."""
+        if getattr(self, "_dp_classes", None) is None:
+            self._dp_classes = {
+                c.name.value
+                for c in P.find(self.module, cst.ClassDef)
+                if any(self.is_ref(b.value, N.DATA_PARALLEL) for b in c.bases)
+            }
+        for assign in P.find(self.enclosing_function(at) or self.module, cst.Assign):
+            if not any(P.dotted_name(t.target) == model for t in assign.targets):
+                continue
+            value = assign.value
+            while m.matches(value, m.Call(func=m.Attribute(attr=m.Name("cuda") | m.Name("to")))):
+                value = value.func.value
+            if not isinstance(value, cst.Call):
+                continue
+            name = P.dotted_name(value.func)
+            short = name.rsplit(".", 1)[-1]
+            if short in self._dp_classes or "DataParallel" in short:
+                return name
+        return None
 
     def _is_ddp(self, model: str, at: cst.CSTNode) -> bool:
         """``model`` was assigned from a DDP call before ``at`` (converted already)."""
