@@ -80,9 +80,11 @@ def lint_source(
     wants_noqa = "DDP901" in codes and "noqa" in text and "DDP" in text
     if use_trigger:
         # every rule is about torch code: a file that never mentions torch is out of
-        # scope; and a rule runs only where its trigger words occur
-        candidates = [r for r in candidates if r.can_fire(text)] if "torch" in text else []
-        if not candidates and not wants_noqa:
+        # scope; and a rule runs only where its trigger words occur.  A torch file
+        # is still parsed when no rule can fire: its syntax errors are reported (DDP900)
+        mentions_torch = "torch" in text
+        candidates = [r for r in candidates if r.can_fire(text)] if mentions_torch else []
+        if not candidates and not wants_noqa and not (mentions_torch and "DDP900" in codes):
             return [], False
     try:
         tree = ast.parse(text, filename=path)

@@ -105,10 +105,12 @@ class CollectiveInRankBranch(Rule):
 
 def _other_branch_has(src: Source, branch, node, predicate) -> bool:
     """The branch of ``branch`` that does not hold ``node`` contains a match."""
-    inside_body = any(node is n or any(node is d for d in ast.walk(n)) for n in branch.body)
-    other = branch.orelse if inside_body else branch.body
-    if not isinstance(other, list):
-        other = [other]
+    # an if statement's branches are lists of statements, an ``a if c else b``'s
+    # are single expressions
+    body = branch.body if isinstance(branch.body, list) else [branch.body]
+    orelse = branch.orelse if isinstance(branch.orelse, list) else [branch.orelse]
+    inside_body = any(node is n or any(node is d for d in ast.walk(n)) for n in body)
+    other = orelse if inside_body else body
     return any(predicate(n) for stmt in other for n in ast.walk(stmt))
 
 
