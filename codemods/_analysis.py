@@ -299,12 +299,39 @@ def is_rank_expr(src: Source, node: ast.AST) -> bool:
     if isinstance(node, ast.BinOp):
         return is_rank_expr(src, node.left)
     if isinstance(node, ast.Name):
-        return bool(_RANK_WORD.search(node.id))
+        return bool(_RANK_WORD.search(node.id)) or node.id in _rank_valued_names(src)
     if isinstance(node, ast.Attribute):
-        return bool(_RANK_WORD.search(node.attr))
+        return bool(_RANK_WORD.search(node.attr)) or node.attr in _rank_valued_names(src)
     if isinstance(node, ast.Subscript):
         return _environ_key(src, node) in _RANK_ENV
     return False
+
+
+def _rank_valued_names(src: Source) -> frozenset:
+    """Names assigned a rank under another name: ``self.gpu_id =
+    int(os.environ["LOCAL_RANK"])`` (PyTorch's own DDP tutorial) -- then
+    ``self.gpu_id == 0`` is a rank check.  Only what the assignment's value says
+    directly counts (a rank call or the environment), not other such names."""
+    cached = src.cache.get("rank_valued_names")
+    if cached is None:
+        names = set()
+        for node in src.of_type(ast.Assign):
+            value = node.value
+            if isinstance(value, ast.Call) and last_name(value.func) == "int" and value.args:
+                value = value.args[0]
+            direct = (
+                isinstance(value, (ast.Subscript, ast.Call)) and _environ_key(src, value) in _RANK_ENV
+            ) or (
+                isinstance(value, ast.Call)
+                and last_name(value.func) in ("get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank")
+            )
+            if direct:
+                for target in node.targets:
+                    name = last_name(target)
+                    if name:
+                        names.add(name)
+        cached = src.cache["rank_valued_names"] = frozenset(names)
+    return cached  # type: ignore[return-value]
 
 
 def is_global_rank_expr(src: Source, node: ast.AST) -> bool:
@@ -372,7 +399,10 @@ def is_rank_dependent(src: Source, test: ast.AST) -> bool:
 
 
 def _is_zero(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and node.value == 0 and not isinstance(node.value, bool)
+    """``0``, or ``"0"`` (a rank read from the environment as a string)."""
+    return isinstance(node, ast.Constant) and (
+        (node.value == 0 and not isinstance(node.value, bool)) or node.value == "0"
+    )
 
 
 def _int_value(node: ast.AST) -> Optional[int]:
@@ -408,8 +438,21 @@ def on_main_process_only(src: Source, node: ast.AST) -> bool:
         if isinstance(anc, ast.If) and child in anc.orelse and _is_not_main_check(src, anc.test):
             return True
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return _early_return_unless_main(src, anc, node)
+            return _main_only_decorated(anc) or _early_return_unless_main(src, anc, node)
         child = anc
+    return False
+
+
+_MAIN_ONLY_DECORATOR = re.compile(r"(?i)^(rank_?zero|rank_?0|master|main|main_?process|leader)_?only$")
+
+
+def _main_only_decorated(func: ast.AST) -> bool:
+    """``@rank_zero_only`` (Lightning), ``@master_only`` (mmcv): the body runs on
+    the main process only."""
+    for decorator in getattr(func, "decorator_list", []):
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if _MAIN_ONLY_DECORATOR.match(last_name(target)):
+            return True
     return False
 
 

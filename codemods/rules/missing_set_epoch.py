@@ -52,10 +52,22 @@ class MissingSetEpoch(Rule):
     TRIGGERS = ("DistributedSampler",)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
-        if "set_epoch" in src.text:
+        if _sets_epoch(src):
             return
         if not any(is_epoch_loop(n) for n in src.nodes):
             return
         for call in src.calls:
             if src.qualname(call.func) in N.DISTRIBUTED_SAMPLER and not is_false(argument(call, 3, "shuffle")):
                 yield self.diagnostic(src, call)
+
+
+def _sets_epoch(src: Source) -> bool:
+    """A ``set_epoch(...)`` call with a changing argument (``set_epoch(epoch)``,
+    also inside a per-epoch function); ``set_epoch(0)`` once, or the word in a
+    comment, does not count."""
+    for call in src.calls:
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr == "set_epoch" and call.args:
+            if not isinstance(call.args[0], ast.Constant):
+                return True
+    return False
