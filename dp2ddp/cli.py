@@ -390,12 +390,19 @@ def rule(code, show_all, markdown):
 @click.option("--launcher", type=click.Choice(["auto", "fork", "torchrun"]), default="auto", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--keep", is_flag=True, help="Keep the run folder (records, logs, stacks).")
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, exists=True), default=None,
+    help="Run the script in this folder (default: a scratch copy of the current one, "
+    "so its checkpoints never overwrite or resume from yours).",
+)
 @_internal_errors
-def verify(script, script_args, nproc_per_node, nnodes, max_steps, epoch_batches, timeout, against, tolerance, launcher, fmt, keep):
+def verify(script, script_args, nproc_per_node, nnodes, max_steps, epoch_batches, timeout, against, tolerance, launcher, fmt, keep, workdir):
     """Run SCRIPT under DDP for a step budget and check that it is really distributed.
 
-    Arguments after `--` go to the script. Exit 0 when every check passed, 1
-    when one failed, 2 on a usage error, 123 on an internal error.
+    Arguments after `--` go to the script. The ranks run in a scratch folder that
+    mirrors the current one (small files copied, folders linked). Exit 0 when
+    every check passed; 1 when one failed or could not run (the script never
+    trained); 2 on a usage error; 123 on an internal error.
     """
     from dp2ddp import verify as V
 
@@ -415,6 +422,7 @@ def verify(script, script_args, nproc_per_node, nnodes, max_steps, epoch_batches
         tolerance=tolerance,
         launcher=launcher,
         keep=keep,
+        workdir=os.path.abspath(workdir) if workdir else None,
     )
     report = V.verify(options)
     click.echo(V.to_json(report) if fmt == "json" else V.text(report), nl=False)

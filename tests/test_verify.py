@@ -75,6 +75,9 @@ def by_name(report):
 
 
 def test_correct_script_passes_every_check(workdir):
+    # the user's own checkpoint where the script writes its own: neither
+    # overwritten nor joined by the run's files (the ranks run in a scratch copy)
+    (workdir / "checkpoint.pt").write_bytes(b"mine")
     report = run()
     checks = by_name(report)
     assert report.ok, [c.to_dict() for c in report.checks if c.status == "fail"]
@@ -83,7 +86,27 @@ def test_correct_script_passes_every_check(workdir):
         assert checks[name].status == "pass", checks[name].to_dict()
     assert "backend gloo" in checks["process-group"].message
     assert "2 disjoint shards covering 256 of 256" in checks["data-sharded"].message
+    assert "checkpoint.pt (rank 0)" in checks["single-writer"].message
     assert report.duration < 60
+    assert (workdir / "checkpoint.pt").read_bytes() == b"mine"
+    assert sorted(os.listdir(workdir)) == ["checkpoint.pt"]
+
+
+def test_a_script_that_never_trains_is_not_verified(workdir):
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    script = workdir / "only_init.py"
+    script.write_text(
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "dist.destroy_process_group()\n"
+    )
+    report = verify(VerifyOptions(script=str(script), nproc_per_node=2, timeout=30.0, launcher="fork"))
+    statuses = {c.name: c.status for c in report.checks}
+    assert statuses["process-group"] == "pass"
+    assert statuses["ddp-wrapped"] == statuses["in-sync"] == "inconclusive"
+    assert not report.ok
+    assert "NOT VERIFIED" in text(report)
 
 
 @pytest.mark.parametrize(

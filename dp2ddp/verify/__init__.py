@@ -37,6 +37,38 @@ class VerifyOptions:
     launcher: str = "auto"  # auto | fork | torchrun
     keep: bool = False
     deterministic: bool = False
+    #: where the ranks run; None: a scratch folder that mirrors the current one
+    #: (see ``sandbox``), so that the run's checkpoints never land on -- or resume
+    #: from -- the user's own
+    workdir: Optional[str] = None
+
+
+#: files of the current folder up to this size are copied into the scratch
+#: folder (writing them touches the copy); larger ones and folders are linked
+COPY_LIMIT = 16 * 1024 * 1024
+
+
+def sandbox(target: str, source: str) -> str:
+    """A scratch working folder for a run: every entry of ``source`` appears in it,
+    small files as copies, folders and large files as symbolic links, so relative
+    paths to data and configs still resolve while new files (checkpoints,
+    snapshots, logs) stay in the scratch folder."""
+    os.makedirs(target)
+    budget = 16 * COPY_LIMIT
+    for entry in sorted(os.scandir(source), key=lambda e: e.name):
+        if entry.name in (".git",) or os.path.abspath(entry.path) == os.path.dirname(os.path.abspath(target)):
+            continue
+        link = os.path.join(target, entry.name)
+        try:
+            size = entry.stat().st_size if entry.is_file() else None
+            if size is not None and size <= min(COPY_LIMIT, budget):
+                shutil.copy2(entry.path, link)
+                budget -= size
+            else:
+                os.symlink(os.path.abspath(entry.path), link)
+        except OSError:
+            continue  # unreadable: the script could not use it either
+    return target
 
 
 @dataclass
@@ -52,7 +84,9 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return all(c.status != "fail" for c in self.checks)
+        """Every check passed (or does not apply): a check that could not run
+        because the script never trained is not a pass."""
+        return all(c.status in ("pass", "skip") for c in self.checks)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -87,6 +121,11 @@ def verify(options: VerifyOptions) -> VerifyReport:
     if options.against:
         options.deterministic = True
     run_dir = tempfile.mkdtemp(prefix="dp2ddp-verify-")
+    shown = options.script
+    options.script = os.path.abspath(options.script)
+    if options.against:
+        options.against = os.path.abspath(options.against)
+    cwd = options.workdir or sandbox(os.path.join(run_dir, "work"), os.getcwd())
     started = time.time()
     launcher = options.launcher
     if launcher == "auto":
@@ -94,9 +133,9 @@ def verify(options: VerifyOptions) -> VerifyReport:
     world = options.nproc_per_node * options.nnodes
     try:
         if launcher == "fork":
-            launched = launch.fork_ranks(run_dir, options)
+            launched = launch.fork_ranks(run_dir, options, cwd)
         else:
-            launched = launch.torchrun_nodes(run_dir, options)
+            launched = launch.torchrun_nodes(run_dir, options, cwd)
         launched = launch.watch(run_dir, launched, options, started)
         records = Records.load(run_dir)
         checks = evaluate(records, world, launched, options)
@@ -106,8 +145,9 @@ def verify(options: VerifyOptions) -> VerifyReport:
     finally:
         if not options.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
+    options.script = shown
     return VerifyReport(
-        script=options.script,
+        script=shown,
         world_size=world,
         nnodes=options.nnodes,
         checks=checks,
@@ -140,9 +180,11 @@ def _against(options: VerifyOptions, run_dir: str) -> Check:
     log_path = os.path.join(run_dir, "original.log")
     with open(log_path, "wb") as log:
         try:
+            cwd = options.workdir or sandbox(os.path.join(run_dir, "work-original"), os.getcwd())
             proc = subprocess.run(
                 [sys.executable, "-m", "dp2ddp.verify.harness", options.against, *options.args],
                 env=env,
+                cwd=cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 timeout=max(60.0, options.timeout * 3),
@@ -160,7 +202,7 @@ def _against(options: VerifyOptions, run_dir: str) -> Check:
     distributed = os.path.join(run_dir, "params-rank0.pt")
     original = os.path.join(run_dir, "params-original.pt")
     if not (os.path.exists(distributed) and os.path.exists(original)):
-        return check.skip("no optimizer step in one of the runs: nothing to compare")
+        return check.inconclusive("no optimizer step in one of the runs: nothing to compare")
     import torch
 
     a = torch.load(distributed, map_location="cpu")
@@ -189,7 +231,7 @@ def text(report: VerifyReport) -> str:
         + f" ({report.launcher}), {report.duration:.1f} s"
     ]
     for check in report.checks:
-        mark = {"pass": "✓", "fail": "✗", "skip": "-"}[check.status]
+        mark = {"pass": "✓", "fail": "✗", "skip": "-", "inconclusive": "?"}[check.status]
         lines.append(f"  {mark} {check.id}. {check.title}: {check.message}")
         if check.status == "fail":
             if check.location:
@@ -204,7 +246,15 @@ def text(report: VerifyReport) -> str:
     for note in report.notes:
         lines.append(f"  note: {note}")
     failed = sum(1 for c in report.checks if c.status == "fail")
-    lines.append("OK: the script runs distributed." if report.ok else f"FAILED: {failed} check(s).")
+    unknown = sum(1 for c in report.checks if c.status == "inconclusive")
+    if report.ok:
+        lines.append("OK: the script runs distributed.")
+    elif failed:
+        lines.append(f"FAILED: {failed} check(s)." + (f" {unknown} could not run." if unknown else ""))
+    else:
+        lines.append(
+            f"NOT VERIFIED: {unknown} check(s) could not run (the script did not train within the budget?)."
+        )
     if report.run_dir:
         lines.append(f"records and logs kept in {report.run_dir}")
     return "\n".join(lines) + "\n"

@@ -14,7 +14,9 @@ class Check:
     id: int
     name: str
     title: str
-    status: str = "pass"  # pass | fail | skip
+    #: pass | fail | skip (does not apply to this script: a CPU run has no
+    #: set_device) | inconclusive (could not be checked: the script never got there)
+    status: str = "pass"
     message: str = ""
     rank: Optional[int] = None
     location: Optional[str] = None
@@ -28,6 +30,10 @@ class Check:
 
     def skip(self, message: str) -> "Check":
         self.status, self.message = "skip", message
+        return self
+
+    def inconclusive(self, message: str) -> "Check":
+        self.status, self.message = "inconclusive", message
         return self
 
     def ok(self, message: str, **details) -> "Check":
@@ -161,7 +167,7 @@ def check_wrapped(records: Records) -> Check:
                 advice="wrap the model in DistributedDataParallel before building the optimizer",
             )
     if not seen:
-        return check.skip("no optimizer step was taken")
+        return check.inconclusive("no optimizer step was taken")
     return check.ok("every parameter the optimizer trains is in a DDP model")
 
 
@@ -181,7 +187,7 @@ def check_sharded(records: Records) -> Check:
         if passes:
             first_passes[rank] = passes[0]
     if len(first_passes) < world or not first_passes:
-        return check.skip("no training pass over a map-style dataset was seen on every rank")
+        return check.inconclusive("no training pass over a map-style dataset was seen on every rank")
     sample = first_passes[ranks[0]]
     location = sample.get("where")
     n = sample.get("dataset_len")
@@ -249,15 +255,15 @@ def check_set_epoch(records: Records) -> Check:
     check = Check(4, "set-epoch", "shuffling changes between epochs (set_epoch called)")
     rank = min(records.ranks) if records.ranks else None
     if rank is None:
-        return check.skip("no rank ran")
+        return check.inconclusive("no rank ran")
     passes = _training_passes(records, rank)
     if not passes:
-        return check.skip("no training pass was seen")
+        return check.inconclusive("no training pass was seen")
     first = passes[0]
     if not first.get("shuffle"):
         return check.ok("the training sampler does not shuffle: nothing to change between epochs")
     if len(passes) < 2:
-        return check.skip("only one epoch ran within the budget: raise --max-steps or lower --epoch-batches")
+        return check.inconclusive("only one epoch ran within the budget: raise --max-steps or lower --epoch-batches")
     key = "shard" if first.get("shard") is not None else "indices"
     orders = [tuple(p.get(key) or ()) for p in passes]
     if all(order == orders[0] for order in orders[1:]):
@@ -276,13 +282,13 @@ def check_in_sync(records: Records) -> Check:
     firsts = {r: records.first(r, "first_step") for r in records.ranks}
     lasts = {r: records.first(r, "last_step") for r in records.ranks}
     if not any(firsts.values()):
-        return check.skip("no optimizer step was taken")
+        return check.inconclusive("no optimizer step was taken")
     for label, table in (("first", firsts), ("last", lasts)):
         values = {r: e["checksum"] for r, e in table.items() if e}
         if len(values) < len(records.ranks):
             if label == "last":
                 continue
-            return check.skip(f"some ranks took no {label} step")
+            return check.inconclusive(f"some ranks took no {label} step")
         reference = values[min(values)]
         differ = [r for r, v in values.items() if v["hash"] != reference["hash"]]
         if differ:

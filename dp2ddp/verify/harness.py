@@ -30,6 +30,7 @@ import faulthandler
 import io
 import json
 import os
+import re
 import runpy
 import signal
 import sys
@@ -81,8 +82,15 @@ class Recorder:
 
 
 # ------------------------------------------------------------------ locations
+_SCRATCH = re.compile(r".*[/\\]dp2ddp-verify-[^/\\]+[/\\]work(-original)?[/\\]")
+
+
 def display(path: str) -> str:
-    """A path relative to the working folder when it is below it, else absolute."""
+    """A path relative to the working folder when it is below it, else absolute;
+    a file in a run's scratch folder as the script named it (``checkpoint.pt``)."""
+    scratch = _SCRATCH.match(path)
+    if scratch:
+        return path[scratch.end() :]
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
 
@@ -477,8 +485,9 @@ def _path_of(f) -> Optional[str]:
 
 def _tracked(path: str, record_dir: str) -> bool:
     """Files the user's script writes (not our records, not caches and devices)."""
-    if path.startswith(os.path.abspath(record_dir)):
-        return False
+    record_dir = os.path.abspath(record_dir)
+    if path.startswith(record_dir + os.sep) and not path.startswith(os.path.join(record_dir, "work")):
+        return False  # our records; the scratch working folders ("work*") are the script's
     if path.startswith(("/dev/", "/proc/", "/sys/")):
         return False
     for prefix in {sys.prefix, sys.base_prefix, os.path.expanduser("~/.cache")}:

@@ -69,7 +69,7 @@ def _env(directory: str, options) -> Dict[str, str]:
     return env
 
 
-def fork_ranks(directory: str, options) -> Launched:
+def fork_ranks(directory: str, options, cwd: str) -> Launched:
     """One machine: fork ``nproc`` ranks from this (torch-importing) process."""
     import torch  # noqa: F401  - imported once, before forking
     import torch.distributed as dist
@@ -119,6 +119,7 @@ def fork_ranks(directory: str, options) -> Launched:
                 os.dup2(devnull, 0)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.chdir(cwd)
                 H.main([options.script, *options.args])
             finally:
                 os._exit(1)
@@ -134,7 +135,7 @@ def fork_ranks(directory: str, options) -> Launched:
     return launched
 
 
-def torchrun_nodes(directory: str, options) -> Launched:
+def torchrun_nodes(directory: str, options, cwd: str) -> Launched:
     """``nnodes`` torchrun agents on this machine, c10d rendezvous on 127.0.0.1."""
     env = dict(os.environ)
     env.update(_env(directory, options))
@@ -164,7 +165,7 @@ def torchrun_nodes(directory: str, options) -> Launched:
         ]
         log = open(os.path.join(directory, f"node{node}.log"), "wb")
         popen = subprocess.Popen(
-            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         launched.popens.append(popen)
