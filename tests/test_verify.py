@@ -221,3 +221,23 @@ def test_convert_then_verify(workdir):
     assert "DistributedDataParallel(" in (workdir / "train.py").read_text()
     usage = subprocess.run(cmd[:4] + ["--verify", "train.py"], capture_output=True, text=True, cwd=workdir)
     assert usage.returncode == 2 and "--write" in usage.stderr
+
+
+def test_a_script_that_exits_on_its_arguments_shows_its_output(workdir):
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    script = workdir / "needs_args.py"
+    script.write_text(
+        "import argparse\n"
+        "import torch.distributed as dist\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--lr', type=float, required=True)\n"
+        "parser.parse_args()\n"
+        "dist.init_process_group('gloo')\n"
+    )
+    report = verify(VerifyOptions(script=str(script), nproc_per_node=2, timeout=30.0, launcher="fork"))
+    checks = by_name(report)
+    assert checks["process-group"].status == "fail"
+    assert "exited before init_process_group" in checks["process-group"].message
+    assert checks["no-crash"].status == "fail" and "SystemExit(2)" in checks["no-crash"].message
+    assert "the following arguments are required: --lr" in text(report)

@@ -238,7 +238,10 @@ def text(report: VerifyReport) -> str:
                 lines.append(f"      at {check.location}" + (f" (rank {check.rank})" if check.rank is not None else ""))
             if check.advice:
                 lines.append(f"      what to do: {check.advice}")
-            if "traceback" in check.details:
+            if check.details.get("output"):
+                lines.append("      the script's output:")
+                lines += ["        " + ln for ln in check.details["output"].splitlines()]
+            elif "traceback" in check.details:
                 lines += ["      " + ln for ln in check.details["traceback"].rstrip().splitlines()[-12:]]
             for rank, stack in sorted(check.details.get("stacks", {}).items()):
                 lines.append(f"      rank {rank} stack:")

@@ -94,6 +94,11 @@ class Records:
     def events(self, rank: int, kind: str) -> List[Dict[str, Any]]:
         return [e for e in self.ranks.get(rank, []) if e.get("event") == kind]
 
+    def output_tail(self, rank: int, lines: int = 12) -> str:
+        """The end of what rank ``rank`` printed (its own log, fork launcher)."""
+        text = self.logs.get(f"rank{rank}.log", "")
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
     def first(self, rank: int, kind: str) -> Optional[Dict[str, Any]]:
         found = self.events(rank, kind)
         return found[0] if found else None
@@ -117,6 +122,11 @@ def evaluate(records: Records, expected_world: int, launched, options) -> List[C
 from dp2ddp.verify.harness import display as _display
 
 
+def _last_line(crash: Dict[str, Any]) -> str:
+    text = (crash.get("traceback") or "").strip()
+    return text.splitlines()[-1] if text else "crashed"
+
+
 # 1 -------------------------------------------------------------------------
 def check_process_group(records: Records, expected: int) -> Check:
     check = Check(1, "process-group", "process group initialised on every rank")
@@ -130,6 +140,21 @@ def check_process_group(records: Records, expected: int) -> Check:
     for rank in range(expected):
         init = records.first(rank, "init")
         if init is None:
+            crash = records.first(rank, "crash")
+            if crash is not None and records.first(rank, "first_step") is None:
+                return check.fail(
+                    f"rank {rank} exited before init_process_group: {_last_line(crash)}",
+                    rank=rank,
+                    location=crash.get("where"),
+                    advice="see the script's output below and check 8",
+                    output=records.output_tail(rank),
+                )
+            if "init_process_group" in records.stacks.get(rank, ""):
+                return check.fail(
+                    f"rank {rank} was still waiting in init_process_group: another rank never joined",
+                    rank=rank,
+                    advice="see which rank never reached init_process_group in the stacks (check 7)",
+                )
             step = records.first(rank, "first_step") or {}
             return check.fail(
                 f"rank {rank} never called init_process_group: each process trains on its own",
@@ -375,13 +400,16 @@ def check_no_crash(records: Records, launched) -> Check:
         # the first rank to crash is the cause; the others die of its absence
         rank = min(crashes, key=lambda r: (crashes[r].get("t", 0), r))
         crash = crashes[rank]
-        last = crash["traceback"].strip().splitlines()[-1] if crash["traceback"].strip() else "crashed"
+        last = _last_line(crash)
+        exited = last.startswith("SystemExit")
         return check.fail(
-            f"rank {rank} crashed: {last}; the other ranks were stopped",
+            f"rank {rank} {'exited' if exited else 'crashed'}: {last}; the other ranks were stopped",
             rank=rank,
             location=crash.get("where"),
-            advice="see the traceback",
+            advice="see the script's output below (its arguments? pass them after --)"
+            if exited else "see the traceback",
             traceback=crash["traceback"],
+            output=records.output_tail(rank),
             ranks=sorted(crashes),
         )
     if launched.crashed and not launched.stalled:
