@@ -115,6 +115,10 @@ def fork_ranks(directory: str, options, cwd: str) -> Launched:
                 )
                 os.dup2(log, 1)
                 os.dup2(log, 2)
+                # Python-level streams on those descriptors too: the parent's may be
+                # replaced (pytest's capture, a notebook) and would swallow the output
+                sys.stdout = open(1, "w", buffering=1, closefd=False)
+                sys.stderr = open(2, "w", buffering=1, closefd=False)
                 devnull = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(devnull, 0)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
