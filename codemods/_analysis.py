@@ -435,7 +435,7 @@ def on_main_process_only(src: Source, node: ast.AST) -> bool:
     for anc in src.ancestors(node):
         if isinstance(anc, ast.If) and child in anc.body and is_main_process_check(src, anc.test):
             return True
-        if isinstance(anc, ast.If) and child in anc.orelse and _is_not_main_check(src, anc.test):
+        if isinstance(anc, ast.If) and child in anc.orelse and is_not_main_check(src, anc.test):
             return True
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return _main_only_decorated(anc) or _early_return_unless_main(src, anc, node)
@@ -456,7 +456,7 @@ def _main_only_decorated(func: ast.AST) -> bool:
     return False
 
 
-def _is_not_main_check(src: Source, test: ast.AST) -> bool:
+def is_not_main_check(src: Source, test: ast.AST) -> bool:
     """``rank != 0``, ``not is_main_process()``, ``local_rank not in [-1, 0]``."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return is_main_process_check(src, test.operand)
@@ -477,7 +477,7 @@ def _early_return_unless_main(src: Source, func: ast.AST, node: ast.AST) -> bool
             break
         if (
             isinstance(stmt, ast.If)
-            and _is_not_main_check(src, stmt.test)
+            and is_not_main_check(src, stmt.test)
             and stmt.body
             and isinstance(stmt.body[-1], (ast.Return, ast.Raise))
         ):

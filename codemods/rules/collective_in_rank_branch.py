@@ -11,6 +11,8 @@ from .._analysis import (
     ddp_wrapped_names,
     dotted,
     is_collective,
+    is_main_process_check,
+    is_not_main_check,
     rank_branch,
     uses_distributed,
 )
@@ -115,12 +117,23 @@ def _other_branch_has(src: Source, branch, node, predicate) -> bool:
 
 
 def _paired_barrier_functions(src: Source) -> set:
-    counts = {}
+    """Functions with the download-first idiom: ``if not main: barrier()`` ...
+    ``if main: barrier()`` -- each rank reaches one of the two barriers, so every
+    rank meets.  Two barriers behind the *same* condition are no pair."""
+    sides: dict = {}
     for call in src.calls:
-        if src.qualname(call.func).endswith("barrier") and rank_branch(src, call) is not None:
-            owner = src.function_of(call)
-            counts[owner] = counts.get(owner, 0) + 1
-    return {owner for owner, n in counts.items() if n >= 2}
+        if not src.qualname(call.func).endswith("barrier"):
+            continue
+        branch = rank_branch(src, call)
+        if not isinstance(branch, ast.If):
+            continue
+        in_body = any(call is n for stmt in branch.body for n in ast.walk(stmt))
+        main, not_main = is_main_process_check(src, branch.test), is_not_main_check(src, branch.test)
+        side = ("main" if main else "other" if not_main else None) if in_body else (
+            "other" if main else "main" if not_main else None
+        )
+        sides.setdefault(src.function_of(call), set()).add(side)
+    return {owner for owner, seen in sides.items() if {"main", "other"} <= seen}
 
 
 def _left_scope(src: Source, node: ast.AST):
