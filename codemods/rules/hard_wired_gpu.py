@@ -49,8 +49,24 @@ class HardWiredGPU(Rule):
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
             return
+        # DEVICE = "cuda:0" ... model.to(DEVICE)
+        wired = {
+            target.id
+            for node in src.of_type(ast.Assign)
+            if _cuda_index_string(node.value)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
         for call in src.calls:
             name = src.qualname(call.func)
+            if name == "torch.cuda.set_device" and call.args and (
+                _int_literal(call.args[0]) or _cuda_index_string(call.args[0])
+            ):
+                yield self.diagnostic(src, call)  # every rank on that one GPU
+                continue
+            if last_name(call.func) == "to" and call.args and _int_literal(call.args[0]):
+                yield self.diagnostic(src, call.args[0])
+                continue
             if last_name(call.func) == "cuda" and not name.startswith("torch.cuda") and call.args:
                 if _int_literal(call.args[0]):
                     yield self.diagnostic(src, call)
@@ -70,9 +86,15 @@ class HardWiredGPU(Rule):
             args = list(call.args[:1]) if last_name(call.func) in ("to", "device") else []
             args += [kw.value for kw in call.keywords if kw.arg in ("device", "map_location")]
             for arg in args:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and _CUDA_INDEX.match(arg.value):
+                if _cuda_index_string(arg):
+                    yield self.diagnostic(src, arg)
+                elif isinstance(arg, ast.Name) and arg.id in wired:
                     yield self.diagnostic(src, arg)
 
 
 def _int_literal(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool)
+
+
+def _cuda_index_string(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and bool(_CUDA_INDEX.match(node.value))
