@@ -16,8 +16,9 @@ class HardWiredGPU(Rule):
     """
     ## What it does
     In DDP code, reports a GPU chosen by a literal index: `"cuda:0"`,
-    `torch.device("cuda", 1)`, `.cuda(0)`, `device_ids=[0, 1, 2, 3]`,
-    `map_location="cuda:0"`.
+    `torch.device("cuda", 1)`, `.cuda(0)`, `.to(0)`, `device_ids=[0, 1, 2, 3]`,
+    `map_location="cuda:0"`, `torch.cuda.set_device(0)`, and a constant such as
+    `DEVICE = "cuda:0"` where it is used as the device.
 
     ## Why is this bad?
     Every DDP process runs the same line, so they all pick the same GPU: N
