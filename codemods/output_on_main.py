@@ -37,6 +37,7 @@ class OutputOnMainProcess(MainProcessGuard):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._writers: Set[str] = set()
+        self._noted: Set[cst.CSTNode] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
         for assign in P.find(node, cst.Assign):
@@ -48,6 +49,30 @@ class OutputOnMainProcess(MainProcessGuard):
                         self._writers.add(name)
 
     def starts(self, stmt: cst.BaseStatement) -> Optional[str]:
+        why = self._starts(stmt)
+        if why is None:
+            self._note_impure(stmt)
+        return why
+
+    def _note_impure(self, stmt: cst.BaseStatement) -> None:
+        """Output whose arguments compute (``print(evaluate(model, loader))``) stays
+        on every rank -- the computation may be a collective or a DDP forward that
+        every rank must run -- and is said so, once."""
+        call = single_call(stmt)
+        if call is None or stmt in self._noted:
+            return
+        output = self.is_call(call, {"builtins.print"}) or self._logging_chatter(call) or any(
+            N.is_wandb(n) for n in self.qnames(call.func)
+        )
+        if output and not all(P.is_pure(a.value) for a in call.args):
+            self._noted.add(stmt)
+            self.note(
+                call,
+                "output left on every rank: its arguments compute something every rank may need "
+                "to run; compute the value first, then print it under a main-process check",
+            )
+
+    def _starts(self, stmt: cst.BaseStatement) -> Optional[str]:
         call = single_call(stmt)
         if call is None:
             return None
