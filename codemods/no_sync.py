@@ -66,6 +66,12 @@ class NoSyncAccumulation(Transform):
             None,
         )
         if step_if is None:
+            if not _steps(body) and self._step_follows(original_node):
+                self.manual(
+                    original_node,
+                    "backward() on several micro-batches before one optimizer step: each backward "
+                    "all-reduces; run all but the last inside model.no_sync()",
+                )
             return updated_node
         condition = stmts[step_if].test
         model = self._model_called(stmts[: backward + 1])
@@ -112,6 +118,16 @@ class NoSyncAccumulation(Transform):
                 body=[*new_stmts[:first], with_stmt, *new_stmts[backward + 1 :]]
             )
         )
+
+    def _step_follows(self, loop: cst.For) -> bool:
+        """An optimizer step right after ``loop`` in the same block: the loop
+        accumulates gradients over its iterations (micro-batches of one batch)."""
+        block = self.parent(loop)
+        if not isinstance(block, cst.IndentedBlock):
+            return False
+        stmts = list(block.body)
+        index = next((i for i, s in enumerate(stmts) if s is loop), None)
+        return index is not None and any(_steps(s) for s in stmts[index + 1 :])
 
     def _model_called(self, stmts: List[cst.BaseStatement]) -> Optional[str]:
         """The module called on the batch before the backward (``model(x)``)."""
