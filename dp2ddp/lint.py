@@ -51,14 +51,19 @@ class LintResult:
 
 
 def selected_rules(config: LintConfig) -> List[Rule]:
+    """As ruff decides: the most specific selector that matches a code wins
+    (``--select DDP302 --ignore DDP3`` keeps DDP302); on a tie, ignore wins."""
     rules = []
     for rule_cls in RULES:
-        if config.select and not matches(rule_cls.CODE, config.select):
-            continue
-        if matches(rule_cls.CODE, config.ignore):
-            continue
-        rules.append(rule_cls())
+        chosen = _specificity(rule_cls.CODE, config.select) if config.select else 0
+        if chosen >= 0 and chosen > _specificity(rule_cls.CODE, config.ignore):
+            rules.append(rule_cls())
     return rules
+
+
+def _specificity(code: str, selectors: Sequence[str]) -> int:
+    """Length of the longest selector matching ``code`` (``ALL``: 0), -1 if none."""
+    return max((0 if s == "ALL" else len(s) for s in selectors if matches(code, [s])), default=-1)
 
 
 def lint_source(

@@ -66,8 +66,13 @@ def test_select_and_ignore_by_code_and_prefix(project):
     only = lint(project, "--no-config", "--select", "DDP3", "--format", "json")
     codes = {d["code"] for d in json.loads(only.stdout)}
     assert codes and all(c.startswith("DDP3") for c in codes)
-    none = lint(project, "--no-config", "--select", "DDP302", "--ignore", "DDP30", "--format", "json")
-    assert json.loads(none.stdout) == []
+    # as in ruff, the more specific selector wins; on a tie, ignore wins
+    kept = lint(project, "--no-config", "--select", "DDP302", "--ignore", "DDP30", "--format", "json")
+    assert {d["code"] for d in json.loads(kept.stdout)} == {"DDP302"}
+    dropped = lint(project, "--no-config", "--select", "DDP30", "--ignore", "DDP302", "--format", "json")
+    assert "DDP302" not in {d["code"] for d in json.loads(dropped.stdout)}
+    tie = lint(project, "--no-config", "--select", "DDP3", "--ignore", "DDP3", "--format", "json")
+    assert json.loads(tie.stdout) == []
     assert lint(project, "--no-config", "--select", "XYZ9").exit_code == 2
 
 
