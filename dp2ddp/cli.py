@@ -276,7 +276,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
     from dp2ddp import formats
     from dp2ddp.codemods.rules import RULES
     from dp2ddp.config import ConfigError, check_selectors, find_pyproject, load_config
-    from dp2ddp.lint import LintInternalError, failing, fix_edits, fixable, lint_sources
+    from dp2ddp.lint import LintInternalError, drop_failed_fixes, failing, fix_edits, fixable, lint_sources
     from dp2ddp.runner import ConvertRun, LintRun
 
     paths = list(paths) or [Path(".")]
@@ -313,9 +313,11 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
         result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress)
         fixed_paths: List[str] = []
         if fix:
-            fixed_paths = run.fix(sources, result.diagnostics, unsafe_fixes)
+            before = result.diagnostics
+            fixed_paths = run.fix(sources, before, unsafe_fixes)
             if fixed_paths:
                 result = lint_sources(sources, config, workers=workers, cache=cache)
+            drop_failed_fixes(before, result.diagnostics, unsafe_fixes)
     except LintInternalError as exc:
         click.echo(f"dp2ddp: internal error: {exc}\nThis is a bug in dp2ddp, please report it.", err=True)
         sys.exit(EXIT_INTERNAL)

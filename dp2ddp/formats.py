@@ -16,7 +16,7 @@ _GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 def text(diagnostics: Sequence[Diagnostic], fixable_codes: Sequence[str] = ()) -> str:
     lines = []
     for d in diagnostics:
-        mark = " [*]" if d.code in fixable_codes else ""
+        mark = " [*]" if d.code in fixable_codes and d.fix is not None else ""
         lines.append(f"{d.path}:{d.line}:{d.column}: {d.code}{mark} {d.message}")
     return "\n".join(lines) + ("\n" if lines else "")
 

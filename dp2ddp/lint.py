@@ -278,8 +278,10 @@ def failing(diagnostics: Iterable[Diagnostic], fail_on: str) -> List[Diagnostic]
 
 # ------------------------------------------------------------------ fixes
 def fixable(diagnostic: Diagnostic, unsafe: bool) -> bool:
+    """The rule has a fix (safe, or unsafe when allowed) and it was not found not
+    to apply here (``fix`` dropped after computing it or after --fix left it)."""
     rule = BY_CODE.get(diagnostic.code)
-    if rule is None or rule.FIX is None:
+    if rule is None or rule.FIX is None or diagnostic.fix is None:
         return False
     return rule.FIX == "safe" or unsafe
 
@@ -330,6 +332,8 @@ def fix_edits(sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic]) -
         else:
             fixed = apply_transforms(path, sources[path], set(names))
         if fixed is None or fixed.output is None or not fixed.changed:
+            for d in group:
+                d.fix = None  # the fix does not apply here: say so, no empty promise
             continue
         before = decode(sources[path]).splitlines(keepends=True)
         after = decode(fixed.output).splitlines(keepends=True)
@@ -340,3 +344,12 @@ def fix_edits(sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic]) -
         for d in group:
             near = [h for h in hunks if h["line"] - 1 <= d.line <= h["end_line"]]
             d.fix["edits"] = near or hunks
+
+
+def drop_failed_fixes(before: Sequence[Diagnostic], after: Sequence[Diagnostic], unsafe: bool) -> None:
+    """After --fix: a finding whose fix was tried on its file and that is still
+    there cannot be fixed automatically -- it loses its fix marker."""
+    tried = {(d.path, d.code) for d in before if fixable(d, unsafe)}
+    for d in after:
+        if (d.path, d.code) in tried:
+            d.fix = None

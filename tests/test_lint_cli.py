@@ -245,3 +245,36 @@ def test_a_crashing_rule_is_an_internal_error_123(project, monkeypatch):
     result = lint(project / "train.py", "--no-config", "--no-cache")
     assert result.exit_code == 123
     assert "internal error" in result.stderr and "rule bug" in result.stderr
+
+
+OPTIONAL_DDP = '''import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+ddp = "RANK" in os.environ
+if ddp:
+    dist.init_process_group("gloo")
+model = torch.nn.Linear(2, 2)
+if ddp:
+    model = DDP(model)
+torch.save(model.module.state_dict() if ddp else model.state_dict(), "model.pt")
+if ddp:
+    dist.destroy_process_group()
+'''
+
+
+def test_a_fix_that_does_not_apply_is_not_promised(tmp_path):
+    # module-level code of a script whose DDP is optional: the save cannot be
+    # guarded automatically (there is no point where the group is sure to be up)
+    script = tmp_path / "optional.py"
+    script.write_text(OPTIONAL_DDP)
+    data = json.loads(lint(script, "--no-config", "--no-cache", "--format", "json").stdout)
+    (save,) = [d for d in data if d["code"] == "DDP302"]
+    assert save["fix"] is None
+    fixed = lint(script, "--no-config", "--no-cache", "--fix")
+    assert fixed.exit_code == 1
+    assert script.read_text() == OPTIONAL_DDP
+    assert "DDP302 torch.save" in fixed.stdout and "[*]" not in fixed.stdout
+    assert "fixable with --fix" not in fixed.stdout
