@@ -115,7 +115,9 @@ def floors(root: Path, files: List[Path], repeat: int) -> Dict[str, float]:
     return out
 
 
-def measure(corpus: Path, repeat: int, torchfix: Optional[str], ruff: Optional[str], slow_repeat: int) -> None:
+def measure(
+    corpus: Path, repeat: int, torchfix: Optional[str], ruff: Optional[str], slow_repeat: int, convert: bool = True
+) -> None:
     files = py_files(corpus)
     lines = sum(p.read_bytes().count(b"\n") for p in files)
     print(f"\n{corpus}: {len(files)} files, {lines} lines")
@@ -135,9 +137,10 @@ def measure(corpus: Path, repeat: int, torchfix: Optional[str], ruff: Optional[s
         )
     finally:
         shutil.rmtree(cache_root, ignore_errors=True)
-    results["dp2ddp convert --check"] = timed(
-        lambda: run(DP2DDP + ["convert", "--check", "-q", str(corpus)]), slow_repeat
-    )
+    if convert:
+        results["dp2ddp convert --check"] = timed(
+            lambda: run(DP2DDP + ["convert", "--check", "-q", str(corpus)]), slow_repeat
+        )
     if torchfix:
         results["TorchFix"] = timed(lambda: run([torchfix, str(corpus)]), slow_repeat)
     if ruff:
@@ -153,7 +156,8 @@ def measure(corpus: Path, repeat: int, torchfix: Optional[str], ruff: Optional[s
     print(f"  {'warm lint / a process finding+reading them':<44} {warm / results['a process that finds and reads every file']:9.2f} x")
     if "TorchFix" in results:
         print(f"  {'speed-up of lint over TorchFix':<44} {results['TorchFix'] / lint:9.1f} x")
-        print(f"  {'speed-up of convert --check over TorchFix':<44} {results['TorchFix'] / results['dp2ddp convert --check']:9.1f} x")
+        if convert:
+            print(f"  {'speed-up of convert --check over TorchFix':<44} {results['TorchFix'] / results['dp2ddp convert --check']:9.1f} x")
     if "ruff check --select ALL" in results:
         print(f"  {'lint time / ruff time':<44} {lint / results['ruff check --select ALL']:9.2f} x")
     parse = results["LibCST parse every file (1 process)"]
@@ -179,6 +183,7 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=100, help="copies of the e2e fixtures in 'generated'")
     parser.add_argument("--torchfix", default=shutil.which("torchfix"))
     parser.add_argument("--ruff", default=shutil.which("ruff"))
+    parser.add_argument("--no-convert", action="store_true", help="skip convert --check (minutes on 'generated')")
     args = parser.parse_args()
     if not args.torchfix:
         print("TorchFix is not installed: pip install torchfix (or pass --torchfix PATH)")
@@ -192,7 +197,7 @@ def main() -> None:
                 else generated(args.copies, Path(tmp) / "generated") if name == "generated"
                 else Path(name)
             )
-            measure(corpus, args.repeat, args.torchfix, args.ruff, args.slow_repeat)
+            measure(corpus, args.repeat, args.torchfix, args.ruff, args.slow_repeat, not args.no_convert)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Set, Tuple
+from typing import List, Set, Tuple
 
 from . import _names as N
 from ._analysis import Source
@@ -32,6 +32,8 @@ class FileFacts:
     #: absolute module names imported, and (level, module) for relative imports
     imports: Set[str] = field(default_factory=set)
     relative_imports: Set[Tuple[int, str]] = field(default_factory=set)
+    #: (line, column, qualified name) of calls to a ``DataParallel`` that is not torch's
+    local_data_parallel: List[Tuple[int, int, str]] = field(default_factory=list)
 
 
 def is_main_guard(node: ast.AST) -> bool:
@@ -68,6 +70,14 @@ def collect_facts(src: Source) -> FileFacts:
             isinstance(node, (ast.Name, ast.Attribute)) and src.qualname(node) in dp_names
             for node in src.nodes
         )
+    if "DataParallel" in src.text:
+        for call in src.calls:
+            func = call.func
+            last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if last == "DataParallel" and src.qualname(func) not in N.DATA_PARALLEL:
+                facts.local_data_parallel.append(
+                    (call.lineno, call.col_offset + 1, src.qualname(func) or "a local name")
+                )
     main_blocks = [s for s in src.tree.body if is_main_guard(s)]
     facts.has_main_guard = bool(main_blocks)
     for call in src.calls:

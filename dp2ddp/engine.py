@@ -75,8 +75,9 @@ class ConvertResult:
 
 
 def may_matter(data: bytes) -> bool:
-    """Cheap prefilter: only files that mention torch can need a change."""
-    return b"torch" in data
+    """Cheap prefilter: only files that mention torch can need a change (and one
+    that calls a DataParallel of its own gets a note)."""
+    return b"torch" in data or b"DataParallel" in data
 
 
 # ------------------------------------------------------------------ program roles
@@ -345,6 +346,15 @@ def convert_sources(
         file_facts = collect_facts(Source(path, text, tree))
         if not file_facts.uses_torch:
             result.skipped = True
+            # a project's own class named DataParallel: not converted, but said so
+            result.findings = [
+                Finding(
+                    "DDP001", "note", line, col,
+                    f"DataParallel here is not torch's (it resolves to {name}); left alone",
+                    "data-parallel-to-ddp", path,
+                )
+                for line, col, name in file_facts.local_data_parallel
+            ]
             continue
         facts[path] = file_facts
     roles = assign_roles(facts, explicit)

@@ -170,3 +170,14 @@ def test_report_lists_spots_left_for_a_human(tmp_path):
     assert result.exit_code == 0
     assert f"{script}:5:1: DDP001" in result.stderr
     assert "+# dp2ddp: DDP001" in result.stdout
+
+
+def test_a_local_dataparallel_in_a_folder_is_reported_not_converted(tmp_path):
+    # the class lives in one file, the call in another that never imports torch
+    (tmp_path / "mylib.py").write_text("class DataParallel:\n    def __init__(self, model):\n        self.model = model\n")
+    run_py = "from mylib import DataParallel\n\nwrapped = DataParallel(object())\n"
+    (tmp_path / "run.py").write_text(run_py)
+    result = run("convert", "--write", str(tmp_path))
+    assert result.exit_code == 0
+    assert "run.py:3:11: DDP001 DataParallel here is not torch's (it resolves to mylib.DataParallel)" in result.stderr
+    assert (tmp_path / "run.py").read_text() == run_py
