@@ -118,6 +118,7 @@ def test_a_script_that_never_trains_is_not_verified(workdir):
         ("no-set-epoch", "set-epoch", "same order"),
         ("diverge", "in-sync", "hold different parameters"),
         ("every-rank-saves", "single-writer", "checkpoint.pt is written by ranks [0, 1]"),
+        ("leave-early", "no-crash", "rank 1 left the training loop early"),
     ],
 )
 def test_fault_fails_its_check(workdir, fault, check, words):

@@ -122,6 +122,27 @@ def evaluate(records: Records, expected_world: int, launched, options) -> List[C
 from dp2ddp.verify.harness import display as _display
 
 
+#: how a collective fails when its peer process is gone (Gloo, NCCL, the store)
+_LOST_PEER = re.compile(
+    r"(?i)connection (reset|closed|refused)|broken pipe|ECONNRESET|peer|remote process exited|"
+    r"communicator was aborted|DistNetworkError|DistBackendError"
+)
+
+
+def _left_early(records: "Records", crashed: int, crashes: Dict[int, Any]):
+    """(rank, steps) of a rank whose script ended normally having taken fewer
+    steps than the rank that then crashed, or None."""
+    end = records.first(crashed, "end") or {}
+    reached = end.get("steps", 0)
+    for rank in sorted(records.ranks):
+        if rank in crashes:
+            continue
+        other = records.first(rank, "end")
+        if other and other.get("reason") == "completed" and other.get("steps", 0) <= reached:
+            return rank, other.get("steps", 0)
+    return None
+
+
 def _last_line(crash: Dict[str, Any]) -> str:
     text = (crash.get("traceback") or "").strip()
     return text.splitlines()[-1] if text else "crashed"
@@ -401,6 +422,19 @@ def check_no_crash(records: Records, launched) -> Check:
         rank = min(crashes, key=lambda r: (crashes[r].get("t", 0), r))
         crash = crashes[rank]
         last = _last_line(crash)
+        left = _left_early(records, rank, crashes)
+        if left is not None and _LOST_PEER.search(crash.get("traceback") or ""):
+            early, steps = left
+            return check.fail(
+                f"rank {early} left the training loop early (its script ended after {steps} step(s)) "
+                f"while rank {rank} went on; rank {rank} then failed in a collective (below): {last}",
+                rank=rank,
+                location=crash.get("where"),
+                advice="every rank must run the same steps: look for a break/return or a loop "
+                "length that depends on the rank or on the rank's data (dp2ddp lint: DDP305)",
+                traceback=crash["traceback"],
+                ranks=sorted(crashes),
+            )
         exited = last.startswith("SystemExit")
         return check.fail(
             f"rank {rank} {'exited' if exited else 'crashed'}: {last}; the other ranks were stopped",
