@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import click
 
@@ -279,10 +279,12 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
     from dp2ddp.lint import LintInternalError, drop_failed_fixes, failing, fix_edits, fixable, lint_sources
     from dp2ddp.runner import ConvertRun, LintRun
 
+    from dp2ddp.cache import LintCache
+
     paths = list(paths) or [Path(".")]
     known = [r.CODE for r in RULES]
-    try:
-        source = None if no_config else (config_path or find_pyproject(paths))
+
+    def configured(source):
         config = load_config(source)
         overrides = {}
         if select:  # the command line's selection replaces the file's
@@ -297,37 +299,58 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
         check_selectors(config.ignore, known, "ignore")
         for _, codes in config.per_file_ignores:
             check_selectors(codes, known, "per-file-ignores")
+        return config
+
+    # each path is linted with the configuration found above it (paths of two
+    # projects: two configurations), unless one is forced
+    groups: Dict[Optional[Path], List[Path]] = {}
+    try:
+        for path in paths:
+            source = None if no_config else (config_path or find_pyproject([path]))
+            groups.setdefault(source, []).append(path)
+        configs = {source: configured(source) for source in groups}
     except ConfigError as exc:
         raise click.UsageError(str(exc))
-    from dp2ddp.cache import LintCache
-
-    cache = None if no_cache else LintCache(config.root or Path.cwd(), config)
-    run = LintRun(paths, config, extra_exclude=exclude)
-    try:
-        sources = run.read(cache)
-    except ConvertRun.UsageError as exc:
-        raise click.UsageError(str(exc))
     workers = jobs or os.cpu_count() or 1
-    progress = _progress_bar() if sys.stderr.isatty() and len(sources) >= 200 else None
-    try:
-        result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress)
-        fixed_paths: List[str] = []
-        if fix:
-            before = result.diagnostics
-            fixed_paths = run.fix(sources, before, unsafe_fixes)
-            if fixed_paths:
-                result = lint_sources(sources, config, workers=workers, cache=cache)
-            drop_failed_fixes(before, result.diagnostics, unsafe_fixes)
-    except LintInternalError as exc:
-        click.echo(f"dp2ddp: internal error: {exc}\nThis is a bug in dp2ddp, please report it.", err=True)
-        sys.exit(EXIT_INTERNAL)
-    if cache is not None:
-        cache.save()
-    if progress is not None:
-        click.echo("\r" + " " * 40 + "\r", nl=False, err=True)
-    diagnostics = result.diagnostics
-    if fmt in ("json", "sarif"):
-        fix_edits(sources, diagnostics)
+    diagnostics = []
+    files = 0
+    fixed_paths: List[str] = []
+    write_errors: List[str] = []
+    internal_errors: List[str] = []
+    bad = False
+    for source, group in groups.items():
+        config = configs[source]
+        cache = None if no_cache else LintCache(config.root or Path.cwd(), config)
+        run = LintRun(group, config, extra_exclude=exclude)
+        try:
+            sources = run.read(cache)
+        except ConvertRun.UsageError as exc:
+            raise click.UsageError(str(exc))
+        progress = _progress_bar() if sys.stderr.isatty() and len(sources) >= 200 else None
+        try:
+            result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress)
+            if fix:
+                before = result.diagnostics
+                fixed = run.fix(sources, before, unsafe_fixes)
+                if fixed:
+                    result = lint_sources(sources, config, workers=workers, cache=cache)
+                drop_failed_fixes(before, result.diagnostics, unsafe_fixes)
+                fixed_paths += fixed
+        except LintInternalError as exc:
+            click.echo(f"dp2ddp: internal error: {exc}\nThis is a bug in dp2ddp, please report it.", err=True)
+            sys.exit(EXIT_INTERNAL)
+        if cache is not None:
+            cache.save()
+        if progress is not None:
+            click.echo("\r" + " " * 40 + "\r", nl=False, err=True)
+        if fmt in ("json", "sarif"):
+            fix_edits(sources, result.diagnostics)
+        diagnostics += result.diagnostics
+        files += result.files
+        bad = bad or bool(failing(result.diagnostics, config.fail_on))
+        write_errors += run.write_errors
+        internal_errors += run.internal_errors
+    diagnostics.sort(key=lambda d: d.sort_key)
     safe_codes = sorted({d.code for d in diagnostics if fixable(d, False)})
     if fmt == "text":
         out = formats.text(diagnostics, safe_codes)
@@ -336,7 +359,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
             unsafe = sum(1 for d in diagnostics if fixable(d, True)) - safe
             if fixed_paths:
                 out += f"Fixed {len(fixed_paths)} file{'s' if len(fixed_paths) != 1 else ''}.\n"
-            out += formats.summary(diagnostics, safe, unsafe, result.files) + "\n"
+            out += formats.summary(diagnostics, safe, unsafe, files) + "\n"
         click.echo(out, nl=False)
     elif fmt == "json":
         click.echo(formats.to_json(diagnostics), nl=False)
@@ -344,16 +367,15 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
         click.echo(formats.sarif(diagnostics), nl=False)
     else:
         click.echo(formats.github(diagnostics), nl=False)
-    for error in run.write_errors:
+    for error in write_errors:
         click.echo(f"error: {error}", err=True)
-    for error in run.internal_errors:
+    for error in internal_errors:
         click.echo(f"dp2ddp: internal error: {error}", err=True)
-    if run.internal_errors:
+    if internal_errors:
         sys.exit(EXIT_INTERNAL)
     if exit_zero:
         sys.exit(EXIT_OK)
-    bad = failing(diagnostics, config.fail_on)
-    sys.exit(EXIT_FINDINGS if bad or run.write_errors else EXIT_OK)
+    sys.exit(EXIT_FINDINGS if bad or write_errors else EXIT_OK)
 
 
 @cli.command()

@@ -278,3 +278,15 @@ def test_a_fix_that_does_not_apply_is_not_promised(tmp_path):
     assert script.read_text() == OPTIONAL_DDP
     assert "DDP302 torch.save" in fixed.stdout and "[*]" not in fixed.stdout
     assert "fixable with --fix" not in fixed.stdout
+
+
+def test_each_path_gets_the_configuration_above_it(tmp_path):
+    here, there = tmp_path / "here", tmp_path / "proj" / "src"
+    here.mkdir()
+    there.mkdir(parents=True)
+    shutil.copy(SAVE_BAD, here / "a.py")
+    shutil.copy(SAVE_BAD, there / "b.py")
+    (tmp_path / "proj" / "pyproject.toml").write_text('[tool.dp2ddp]\nignore = ["DDP302"]\n')
+    result = lint("a.py", "../proj/src", "--no-cache", "--format", "json", cwd=here)
+    paths = {Path(d["path"]).name for d in json.loads(result.stdout) if d["code"] == "DDP302"}
+    assert paths == {"a.py"}  # b.py's project ignores DDP302, a.py has no configuration
