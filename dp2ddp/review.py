@@ -30,6 +30,11 @@ DEPENDS = {
     "DDP009": {"DDP002"},
     "DDP203": {"DDP001", "DDP009"},  # no_sync needs a DDP model (either)
     "DDP303": {"DDP009"},  # .module needs the wrap
+    # the main-process guards ask dist.get_rank(), and the group must be up to
+    # be destroyed: all of them need the process-group setup
+    "DDP301": {"DDP002"},
+    "DDP302": {"DDP002"},
+    "DDP008": {"DDP002"},
 }
 _ANY_OF = {"DDP203"}  # codes whose dependencies are alternatives
 
@@ -129,13 +134,14 @@ def check_selection(files: Dict[str, Tuple[FileResult, List[Hunk]]]) -> List[str
         for hunk in hunks:
             (kept if hunk.accepted else rejected).update(hunk.codes)
     produced = kept | rejected
+    whole = kept - rejected  # every hunk of the change kept (the setup is several hunks)
     for code in sorted(kept):
         needs = DEPENDS.get(code, set()) & produced  # only what this conversion changed
         if not needs:
             continue
-        missing = needs - kept
+        missing = needs - whole
         if code in _ANY_OF:
-            if needs and not needs & kept:
+            if needs and not needs & whole:
                 problems.append(f"{code} is kept but none of {sorted(needs)} it relies on")
         elif missing:
             problems.append(f"{code} is kept but {', '.join(sorted(missing))}, which it relies on, was rejected")

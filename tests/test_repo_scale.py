@@ -257,3 +257,18 @@ def test_lint_cache_on_the_command_line(many, monkeypatch):
     third = invoke("lint", "--no-config", "--exit-zero", "--no-cache", "-j", "1", many)
     assert first.stdout == second.stdout == third.stdout
     assert "DDP302" in first.stdout
+
+
+def test_interactive_refuses_guards_without_the_process_group(tmp_path):
+    # keep the helpers and the rank-0 guards, reject the call that starts the group
+    path = _copy_dp(tmp_path)
+    from dp2ddp.engine import convert_sources
+    from dp2ddp.review import hunks_of
+
+    (file,) = convert_sources({str(path): path.read_bytes()}).files
+    hunks = hunks_of(file)
+    answers = ["n" if any(line.strip() == "init_distributed()" for line in h.new) else "y" for h in hunks]
+    assert "n" in answers
+    result = invoke("convert", "--interactive", path, input="\n".join(answers) + "\n")
+    assert result.exit_code == 1 and "which it relies on, was rejected" in result.output
+    assert path.read_text() == DP.read_text()
