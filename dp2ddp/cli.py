@@ -116,6 +116,11 @@ def convert(
         raise click.UsageError("--write and --check exclude each other")
     if interactive and check:
         raise click.UsageError("--interactive and --check exclude each other")
+    if interactive and (report_path is not None or launch_dir is not None):
+        raise click.UsageError(
+            "--report and --emit-launch describe the whole conversion, --interactive writes "
+            "only what you accept: run them separately (--emit-launch also works afterwards)"
+        )
     if interactive:
         write = True
     if run_verify and not write:
@@ -162,7 +167,8 @@ def convert(
     if launch_dir is not None:
         from dp2ddp import migration
 
-        entries = [f.path for f in result.entries if f.changed]
+        # the entry points converted now, or by an earlier run
+        entries = [f.path for f in result.entries if f.changed or f.role.already_distributed]
         for path in migration.emit_launch(launch_dir, entries):
             if not quiet:
                 click.echo(f"launch file written: {path}", err=True)

@@ -80,6 +80,8 @@ def test_emitted_launch_files_run_the_converted_script(project, tmp_path):
         subprocess.run(["bash", "-n", str(path)], check=True)
     slurm = (launch / "train.slurm").read_text()
     assert "#SBATCH --ntasks-per-node=1" in slurm and "srun torchrun" in slurm
+    # sbatch runs a spooled copy: the entry is named by its absolute path
+    assert f'"${{SCRIPT:-{(project / "train.py").resolve()}}}"' in slurm or str(project / "train.py") in slurm
     env = script_env(tmp_path)
     env["NPROC_PER_NODE"] = "2"
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
@@ -271,4 +273,21 @@ def test_interactive_refuses_guards_without_the_process_group(tmp_path):
     assert "n" in answers
     result = invoke("convert", "--interactive", path, input="\n".join(answers) + "\n")
     assert result.exit_code == 1 and "which it relies on, was rejected" in result.output
+    assert path.read_text() == DP.read_text()
+
+
+def test_launch_files_of_two_entries_with_one_name_do_not_overwrite(tmp_path):
+    from dp2ddp.migration import emit_launch
+
+    launch = tmp_path / "launch"
+    written = emit_launch(launch, [str(tmp_path / "exp1" / "train.py"), str(tmp_path / "exp2" / "train.py")])
+    names = sorted(p.name for p in written)
+    assert len(set(names)) == 6 and any(n.endswith("exp1_train.slurm") for n in names)
+    assert "exp2/train.py" in (launch / [n for n in names if n.endswith("exp2_train_torchrun.sh")][0]).read_text()
+
+
+def test_interactive_with_report_is_a_usage_error(tmp_path):
+    path = _copy_dp(tmp_path)
+    result = invoke("convert", "--interactive", "--report", tmp_path / "r.md", path, input="a\n")
+    assert result.exit_code == 2 and "run them separately" in result.output
     assert path.read_text() == DP.read_text()
