@@ -475,6 +475,8 @@ class Transform(Codemod, cst.CSTTransformer):
     def already_moved(self, expr: cst.CSTNode, at: cst.CSTNode) -> bool:
         """``expr`` names a module that was put on a device before ``at``
         (``model = Net().to(device)`` or ``model.to(device)`` earlier in the scope)."""
+        if isinstance(expr, cst.Attribute):
+            return self._attribute_moved(expr, at)
         if not isinstance(expr, cst.Name):
             return False
         scope = self.get_metadata(ScopeProvider, at, None)
@@ -496,6 +498,21 @@ class Transform(Codemod, cst.CSTTransformer):
                     if self.position(call)[0] < line:
                         return True
         return False
+
+    def _attribute_moved(self, expr: cst.Attribute, at: cst.CSTNode) -> bool:
+        """``self.model = model.to(self.device)`` earlier in the same function."""
+        target = P.dotted_name(expr)
+        func = self.enclosing_function(at)
+        if not target or func is None:
+            return False
+        line = self.position(at)[0]
+        move = m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))
+        return any(
+            any(P.dotted_name(t.target) == target for t in assign.targets)
+            and m.matches(assign.value, move)
+            and self.position(assign)[0] < line
+            for assign in P.find(func, cst.Assign)
+        )
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         result = super().on_leave(original_node, updated_node)
@@ -596,8 +613,18 @@ class Transform(Codemod, cst.CSTTransformer):
         at = 0
         while at < len(stmts) and (_is_docstring(stmts[at]) and at == 0 or _is_global_decl(stmts[at])):
             at += 1
-        new = self._preamble_statements(needs)
-        return func.with_changes(body=body.with_changes(body=[*stmts[:at], *new, *stmts[at:]]))
+        # together with the rank preamble an earlier transform put there, local_rank
+        # first: ``device`` is computed from it
+        end = at
+        while end < len(stmts) and _is_rank_preamble(stmts[end]):
+            end += 1
+        block = [*stmts[at:end], *self._preamble_statements(needs)]
+        ordered = sorted(block, key=lambda st: 0 if _preamble_name(st) == "local_rank" else 1)
+        if end > at:  # the comments above the old first statement stay on top
+            lead = stmts[at].leading_lines
+            ordered = [st.with_changes(leading_lines=[]) for st in ordered]
+            ordered[0] = ordered[0].with_changes(leading_lines=lead)
+        return func.with_changes(body=body.with_changes(body=[*stmts[:at], *ordered, *stmts[end:]]))
 
     def _add_markers(self, result, messages: List[str]):
         def mark(stmt):
@@ -655,6 +682,22 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
         stmt,
         m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())]),
     )
+
+
+def _preamble_name(stmt: cst.CSTNode) -> str:
+    if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())])])):
+        return stmt.body[0].targets[0].target.value
+    return ""
+
+
+def _is_rank_preamble(stmt: cst.CSTNode) -> bool:
+    """``local_rank = int(os.environ.get("LOCAL_RANK", 0))`` or ``device =
+    torch.device(f"cuda:{local_rank}" ...)``, as ``_preamble_statements`` writes them."""
+    if not m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())])])):
+        return False
+    name = stmt.body[0].targets[0].target.value
+    code = cst.Module(body=[]).code_for_node(stmt.body[0].value)
+    return (name == "local_rank" and "LOCAL_RANK" in code) or (name == "device" and "local_rank" in code)
 
 
 def _is_global_decl(stmt: cst.CSTNode) -> bool:

@@ -27,6 +27,7 @@ class FileFacts:
     already_distributed: bool = False
     trains: bool = False
     has_main_guard: bool = False
+    main_guard_line: int = 0
     main_guard_trains: bool = False
     module_level_trains: bool = False
     #: absolute module names imported, and (level, module) for relative imports
@@ -80,6 +81,7 @@ def collect_facts(src: Source) -> FileFacts:
                 )
     main_blocks = [s for s in src.tree.body if is_main_guard(s)]
     facts.has_main_guard = bool(main_blocks)
+    facts.main_guard_line = main_blocks[0].lineno if main_blocks else 0
     for call in src.calls:
         name = src.qualname(call.func)
         if name in N.DATA_PARALLEL:

@@ -80,12 +80,13 @@ class WrapModel(Transform):
             )
             return
         local_rank = self.rank_name(node, "local_rank")
-        device = self.rank_name(node, "device")
-        if local_rank is None or device is None:
+        target = cst.parse_expression(model)
+        moved = self.already_moved(target, node)
+        device = None if moved else self.rank_name(node, "device")  # only when it is used
+        if local_rank is None or (device is None and not moved):
             self.manual(node, f"wrap {model} in DistributedDataParallel by hand")
             return
-        target = cst.parse_expression(model)
-        module_code = model if self.already_moved(target, node) else f"{model}.to({device})"
+        module_code = model if moved else f"{model}.to({device})"
         ddp = self.object_alias("torch.nn.parallel", "DistributedDataParallel", N.DDP)
         wrap = cst.parse_statement(
             f"{model} = {ddp}({module_code}, device_ids=[{local_rank}] if "

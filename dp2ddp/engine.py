@@ -75,9 +75,10 @@ class ConvertResult:
 
 
 def may_matter(data: bytes) -> bool:
-    """Cheap prefilter: only files that mention torch can need a change (and one
-    that calls a DataParallel of its own gets a note)."""
-    return b"torch" in data or b"DataParallel" in data
+    """Cheap prefilter: only files that mention torch can need a change; one that
+    calls a DataParallel of its own gets a note, and a script's ``__main__`` block
+    may be the entry point of a torch program without naming torch itself."""
+    return b"torch" in data or b"DataParallel" in data or b"__main__" in data
 
 
 # ------------------------------------------------------------------ program roles
@@ -328,6 +329,7 @@ def convert_sources(
     for the per-file LibCST work."""
     results: Dict[str, FileResult] = {}
     facts: Dict[str, FileFacts] = {}
+    untouchable: Set[str] = set()  # scripts that do not use torch: never changed
     for path, data in sources.items():
         result = FileResult(path=path, source=data)
         results[path] = result
@@ -344,6 +346,9 @@ def convert_sources(
             result.error = f"{path}:1:1: cannot parse: nested too deeply"
             continue
         file_facts = collect_facts(Source(path, text, tree))
+        if not file_facts.uses_torch and file_facts.has_main_guard:
+            facts[path] = file_facts  # a possible entry point (never changed: see below)
+            untouchable.add(path)
         if not file_facts.uses_torch:
             result.skipped = True
             # a project's own class named DataParallel: not converted, but said so
@@ -361,6 +366,20 @@ def convert_sources(
     jobs = []
     for path, role in roles.items():
         result = results[path]
+        if path in untouchable:
+            if role.is_entry:
+                result.role = role
+                result.findings.append(
+                    Finding(
+                        "DDP002", "manual", facts[path].main_guard_line, 1,
+                        "entry point of the training program, but it does not use torch (dp2ddp "
+                        "changes only files that do): start the process group here by hand -- "
+                        "dist.init_process_group() first in this block, "
+                        "dist.destroy_process_group() at its end",
+                        "process-group-setup", path,
+                    )
+                )
+            continue
         result.role = role
         if not (role.in_program or facts[path].mentions_data_parallel):
             result.skipped = True  # nothing in this file takes part in the conversion

@@ -181,3 +181,27 @@ def test_a_local_dataparallel_in_a_folder_is_reported_not_converted(tmp_path):
     assert result.exit_code == 0
     assert "run.py:3:11: DDP001 DataParallel here is not torch's (it resolves to mylib.DataParallel)" in result.stderr
     assert (tmp_path / "run.py").read_text() == run_py
+
+
+def test_an_entry_point_without_torch_is_reported_not_changed(tmp_path):
+    # run.py starts training through the project's trainer but never names torch:
+    # it is found as the entry point, left as it is, and the setup is asked for
+    (tmp_path / "trainer.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def fit():\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4, shuffle=True)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            opt.zero_grad()\n"
+        "            torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "            opt.step()\n"
+    )
+    run_py = "from trainer import fit\n\nif __name__ == \"__main__\":\n    fit()\n"
+    (tmp_path / "run.py").write_text(run_py)
+    result = run("convert", "--check", str(tmp_path))
+    assert result.exit_code == 1  # trainer.py would change
+    assert "run.py:3:1: DDP002 entry point of the training program, but it does not use torch" in result.stderr
+    assert (tmp_path / "run.py").read_text() == run_py
