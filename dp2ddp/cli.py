@@ -136,6 +136,11 @@ def convert(
         result = run.convert()
     except run.UsageError as exc:
         raise click.UsageError(str(exc))
+    for path, why in run.skipped:
+        if why.startswith("cannot"):  # a folder that could not be listed was not converted
+            run.write_errors.append(f"{path}: {why}")
+        elif not quiet:
+            click.echo(f"warning: skipped {path}: {why}", err=True)
     if show_diff is None:
         show_diff = mode is None and not interactive
     if color is None:
@@ -322,6 +327,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
     files = 0
     fixed_paths: List[str] = []
     write_errors: List[str] = []
+    warnings: List[str] = []
     internal_errors: List[str] = []
     bad = False
     for source, group in groups.items():
@@ -332,6 +338,9 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
             sources = run.read(cache)
         except ConvertRun.UsageError as exc:
             raise click.UsageError(str(exc))
+        for path, why in run.skipped:
+            # a folder that cannot be listed is a part of the run that was not checked
+            (write_errors if why.startswith("cannot") else warnings).append(f"{path}: {why}")
         progress = _progress_bar() if sys.stderr.isatty() and len(sources) >= 200 else None
         try:
             result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress)
@@ -373,6 +382,8 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
         click.echo(formats.sarif(diagnostics), nl=False)
     else:
         click.echo(formats.github(diagnostics), nl=False)
+    for warning in warnings:
+        click.echo(f"warning: skipped {warning}", err=True)
     for error in write_errors:
         click.echo(f"error: {error}", err=True)
     for error in internal_errors:

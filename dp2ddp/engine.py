@@ -259,6 +259,8 @@ def run_transforms(
         transform.shared_wrapper = wrapper
         try:
             new_module = transform.transform_module(module, apply_imports=False)
+        except RecursionError:
+            raise  # nesting deeper than the visitors can go: the file is left unchanged
         except Exception as exc:  # a bug in a transform
             raise InternalError(
                 f"{path}: transform {transform_cls.NAME} crashed: {exc!r}\n{traceback.format_exc()}"
@@ -281,6 +283,21 @@ def run_transforms(
     return module, findings
 
 
+def _not_round_tripped(path: str, data: bytes, again: bytes) -> str:
+    """LibCST must give back the file byte for byte before anything is changed
+    (it drops, e.g., a form feed before an indented line): otherwise the file is
+    left alone rather than rewritten with losses."""
+    line = 1
+    for index, (a, b) in enumerate(zip(data, again)):
+        if a != b:
+            line = data.count(b"\n", 0, index) + 1
+            break
+    return (
+        f"{path}:{line}:1: LibCST cannot reproduce this file byte for byte (a form feed or "
+        "an unusual character here?): left unchanged"
+    )
+
+
 def _convert_one(job) -> tuple:
     """Convert one file of the program (runs in a worker process with -j):
     returns (path, output, findings, error, internal)."""
@@ -291,6 +308,12 @@ def _convert_one(job) -> tuple:
         return path, None, [], syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)"), False
     try:
         new_module, findings = run_transforms(path, module, role, settings)
+        if not any(f.kind in ("change", "manual") for f in findings):
+            # nothing converted and no marker to add (every change comes with a
+            # finding): the file's own bytes, whatever LibCST's round trip makes of them
+            return path, data, findings, None, False
+        if module.bytes != data:
+            return path, None, findings, _not_round_tripped(path, data, module.bytes), False
         new_module = format_changed(module, new_module)
         return path, new_module.bytes, findings, None, False
     except InternalError as exc:
@@ -560,6 +583,9 @@ def apply_transforms(path: str, source: bytes, names, settings: Settings = Setti
     except Exception as exc:  # noqa: BLE001 - any parse failure is the user's
         result.error = syntax_error(path, exc)
         return result
+    if module.bytes != source:
+        result.error = _not_round_tripped(path, source, module.bytes)
+        return result
     facts = collect_facts(Source(path, decode(source)))
     role = FileRole(
         is_entry=facts.module_level_trains or facts.has_main_guard and facts.trains,
@@ -577,6 +603,8 @@ def apply_transforms(path: str, source: bytes, names, settings: Settings = Setti
             transform = transform_cls(context, settings, role)
             try:
                 new_module = transform.transform_module(module, apply_imports=False)
+            except RecursionError:
+                raise
             except Exception as exc:
                 raise InternalError(f"{path}: transform {transform_cls.NAME} crashed: {exc!r}") from exc
             findings.extend(transform.findings)
@@ -595,6 +623,9 @@ def apply_transforms(path: str, source: bytes, names, settings: Settings = Setti
                 raise InternalError(f"{path}: internal error: the fix is not idempotent")
     except InternalError as exc:
         result.error, result.internal = str(exc), True
+        return result
+    except RecursionError:
+        result.error = f"{path}:1:1: too deeply nested to fix; left unchanged"
         return result
     result.output, result.findings, result.role = output, findings, role
     return result

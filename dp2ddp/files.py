@@ -105,8 +105,11 @@ class _Ignores:
         return _Ignores(self.specs + [(Path(directory), spec)]) if spec is not None else self
 
     def ignored(self, path, is_dir: bool) -> bool:
-        """``path``: an absolute, resolved path (str or Path)."""
+        """``path``: an absolute, resolved path (str or Path).  As git does, the
+        deepest ``.gitignore`` with a matching pattern decides (``!*.py`` below
+        un-ignores what ``*.py`` above ignored)."""
         path = str(path)
+        verdict = False
         for base, spec in self.specs:
             base = str(base)
             if path == base:
@@ -119,9 +122,10 @@ class _Ignores:
                 continue
             if is_dir:
                 rel += "/"
-            if spec.match_file(rel):  # type: ignore[attr-defined]
-                return True
-        return False
+            decision = spec.check_file(rel).include  # type: ignore[attr-defined]
+            if decision is not None:
+                verdict = decision  # the nearest .gitignore that says something decides
+        return verdict
 
 
 def _is_venv(directory: str) -> bool:
@@ -182,12 +186,15 @@ def _walk(directory: str, root: Path, ignores: _Ignores, extra, skipped, resolve
         resolved_here = os.path.join(resolved, name)
         if entry.is_symlink():
             path = Path(entry.path)
-            target = path.resolve()
+            try:
+                target = path.resolve(strict=True)
+            except (OSError, RuntimeError) as exc:  # a loop, a dangling link
+                skipped.append((path, f"symbolic link that cannot be resolved ({exc.__class__.__name__}), not followed"))
+                continue
             if not _inside(target, root):
                 skipped.append((path, "symbolic link out of the tree, not followed"))
                 continue
-            if target.is_dir():
-                continue  # its files are reached through the tree itself
+            continue  # a link inside the tree: its target is reached through the tree itself
         if entry.is_dir(follow_symlinks=False):
             if name.startswith(".") or name in SKIP_DIRS or _is_venv(entry.path):
                 continue
@@ -196,6 +203,9 @@ def _walk(directory: str, root: Path, ignores: _Ignores, extra, skipped, resolve
             yield from _walk(entry.path, root, ignores, extra, skipped, resolved_here)
         elif name.endswith(".py"):
             if ignores.ignored(resolved_here, is_dir=False) or _extra_excluded(extra, resolved_here, root, False):
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                skipped.append((Path(entry.path), "not a regular file (a FIFO, a device?), not read"))
                 continue
             yield Path(entry.path)
 

@@ -152,12 +152,13 @@ class LintRun:
         self.extra_exclude = extra_exclude
         self.write_errors: List[str] = []
         self.internal_errors: List[str] = []
+        self.skipped: List[Tuple[Path, str]] = []
 
     def read(self, cache=None) -> SourceFiles:
         """The files to lint.  A file the ``cache`` vouches for by its stat is
         not read now (only if its bytes are needed, e.g. for a fix)."""
         try:
-            files, _ = discover(self.paths, exclude=self.extra_exclude)
+            files, self.skipped = discover(self.paths, exclude=self.extra_exclude)
         except DiscoveryError as exc:
             raise ConvertRun.UsageError(str(exc)) from exc
         spec = None

@@ -315,3 +315,49 @@ def test_a_folder_given_by_name_is_walked_even_if_gitignored_above(tmp_path):
     (inner / "x.generated.py").write_text(DP)
     result = convert("--check", inner)
     assert "1 file would be converted" in result.stderr  # the folder, minus what is ignored inside
+
+
+# ------------------------------------------------------------------ odd paths and odd files
+def test_symlink_loops_links_inside_the_tree_and_fifos(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "train.py").write_text(DP)
+    os.symlink("a.py", tree / "b.py")  # a loop
+    os.symlink("b.py", tree / "a.py")
+    os.symlink("../train.py", tree / "sub" / "alias.py")  # the same file under a second name
+    os.mkfifo(tree / "pipe.py")  # reading it would block forever
+    result = convert("--write", str(tree))
+    assert result.exit_code == 0, result.output
+    assert "1 file converted" in result.stderr
+    assert "b.py: symbolic link that cannot be resolved" in result.stderr
+    assert "pipe.py: not a regular file" in result.stderr
+    assert os.path.islink(tree / "sub" / "alias.py")
+    lint = CliRunner().invoke(cli, ["lint", "--no-cache", "--no-config", str(tree)])
+    assert lint.exit_code == 0, lint.output  # converted once, nothing stale
+
+
+def test_a_nested_gitignore_can_unignore(tmp_path):
+    _git(tmp_path, "init", "-q")
+    (tmp_path / ".gitignore").write_text("*.py\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / ".gitignore").write_text("!*.py\n")
+    (tmp_path / "sub" / "train.py").write_text(DP)
+    (tmp_path / "ignored.py").write_text(DP)
+    result = convert(str(tmp_path))  # the diff
+    assert "sub/train.py" in result.stdout and "ignored.py" not in result.stdout
+
+
+def test_deep_nesting_and_a_form_feed_are_left_alone_without_an_internal_error(tmp_path):
+    deep = tmp_path / "deep.py"
+    deep.write_text("import torch\nx = " + "abs(" * 150 + "torch.zeros(1).cuda()" + ")" * 150 + "\n")
+    feed = tmp_path / "feed.py"  # LibCST drops this form feed: a file it cannot give back
+    feed.write_bytes(b"import torch\nimport torch.nn as nn\n\x0cdef f(x):\n    return nn.DataParallel(x)\n")
+    calm = tmp_path / "calm.py"  # the same, with nothing to change: not touched at all
+    calm.write_bytes(b"import torch\n\x0cdef f(x):\n    return torch.relu(x)\n")
+    before = {p: p.read_bytes() for p in (deep, feed, calm)}
+    result = convert("--write", deep, feed, calm)  # named: each is part of the conversion
+    assert result.exit_code == 1  # two files could not be converted
+    assert "deep.py:1:1: too deeply nested" in result.stderr
+    assert "feed.py:3:1: LibCST cannot reproduce this file byte for byte" in result.stderr
+    assert "internal error" not in result.output
+    assert {p: p.read_bytes() for p in before} == before
