@@ -345,12 +345,17 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
         try:
             result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress)
             if fix:
-                before = result.diagnostics
-                fixed = run.fix(sources, before, unsafe_fixes)
-                if fixed:
-                    result = lint_sources(sources, config, workers=workers, cache=cache)
-                drop_failed_fixes(before, result.diagnostics, unsafe_fixes)
-                fixed_paths += fixed
+                # a fix can open the way to another (DDP001's wrap, then DDP303's
+                # .module): fix again while that helps, a few rounds at most
+                for _ in range(3):
+                    before = result.diagnostics
+                    fixed = run.fix(sources, before, unsafe_fixes)
+                    if fixed:
+                        result = lint_sources(sources, config, workers=workers, cache=cache)
+                    drop_failed_fixes(before, result.diagnostics, unsafe_fixes)
+                    fixed_paths += [p for p in fixed if p not in fixed_paths]
+                    if not fixed or not any(fixable(d, unsafe_fixes) for d in result.diagnostics):
+                        break
         except LintInternalError as exc:
             click.echo(f"dp2ddp: internal error: {exc}\nThis is a bug in dp2ddp, please report it.", err=True)
             sys.exit(EXIT_INTERNAL)

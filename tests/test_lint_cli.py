@@ -290,3 +290,12 @@ def test_each_path_gets_the_configuration_above_it(tmp_path):
     result = lint("a.py", "../proj/src", "--no-cache", "--format", "json", cwd=here)
     paths = {Path(d["path"]).name for d in json.loads(result.stdout) if d["code"] == "DDP302"}
     assert paths == {"a.py"}  # b.py's project ignores DDP302, a.py has no configuration
+
+
+def test_unsafe_fixes_that_open_the_way_to_others_are_applied_in_one_run(tmp_path):
+    script = tmp_path / "train.py"
+    shutil.copy(FIXTURES / "e2e" / "dp_classifier" / "before" / "train.py", script)
+    first = lint(script, "--no-config", "--no-cache", "--fix", "--unsafe-fixes")
+    assert "Fixed 1 file" in first.stdout
+    again = lint(script, "--no-config", "--no-cache", "--format", "json")
+    assert [d for d in json.loads(again.stdout) if d["fix"] is not None] == []
