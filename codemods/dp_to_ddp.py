@@ -124,6 +124,14 @@ class DataParallelToDDP(Transform):
                 "non-distributed branch",
             )
             return updated
+        if not self.role.in_program:
+            self.manual(
+                original,
+                "DataParallel outside the training program (this file does not train and no "
+                "training entry point imports it): DDP would need a process group here; for "
+                "inference use the bare model on one device, or convert by hand",
+            )
+            return updated
         parent = self.parent(original)
         if isinstance(parent, cst.Call) and parent.func is original:
             self.manual(

@@ -179,7 +179,12 @@ def assign_roles(
         owners = [e for e in entries if path in closure(e)]
         program = {p for e in owners for p in closure(e)}
         named = explicit is None or path in explicit
-        in_program = bool(owners) or library_mode and (f.has_data_parallel or f.has_data_loader or named)
+        # in a library (no entry point among the files), a script of its own -- a
+        # __main__ block that does not lead to training, e.g. an evaluation -- is not
+        # program code that some training script will run
+        in_program = bool(owners) or library_mode and not f.has_main_guard and (
+            f.has_data_parallel or f.has_data_loader or named
+        )
         roles[path] = FileRole(
             is_entry=path in entries,
             entry_kind=entries.get(path, ""),
