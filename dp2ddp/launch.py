@@ -3,8 +3,33 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
-from typing import List, Sequence
+from typing import List, Optional, Sequence, Tuple
+
+
+_RELATIVE_IMPORT = re.compile(rb"^\s*from\s+\.", re.MULTILINE)
+
+
+def module_form(path: str) -> Optional[Tuple[str, str]]:
+    """(folder to run from, dotted module) for an entry point inside a package
+    that imports relatively (``from .model import Net``): it only runs as
+    ``python -m pkg.main`` -- and so under ``torchrun -m pkg.main`` -- from the
+    folder above the package.  None for a plain script."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isfile(os.path.join(folder, "__init__.py")):
+        return None
+    try:
+        with open(path, "rb") as handle:
+            if not _RELATIVE_IMPORT.search(handle.read()):
+                return None
+    except OSError:
+        return None
+    parts = [os.path.splitext(os.path.basename(path))[0]]
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        parts.insert(0, os.path.basename(folder))
+        folder = os.path.dirname(folder)
+    return folder, ".".join(parts)
 
 
 def _script(path: str) -> str:
@@ -12,17 +37,29 @@ def _script(path: str) -> str:
     return shlex.quote(rel)
 
 
+def _target(path: str) -> Tuple[str, str]:
+    """(``cd DIR && `` or "", what torchrun runs)."""
+    form = module_form(path)
+    if form is None:
+        return "", _script(path)
+    root, module = form
+    rel = os.path.relpath(root)
+    return ("" if rel == "." else f"cd {shlex.quote(rel)} && "), f"-m {module}"
+
+
 def single_node(path: str, nproc: str = "gpu", args: Sequence[str] = ()) -> str:
     extra = " " + " ".join(shlex.quote(a) for a in args) if args else ""
-    return f"torchrun --standalone --nproc_per_node={nproc} {_script(path)}{extra}"
+    cd, target = _target(path)
+    return f"{cd}torchrun --standalone --nproc_per_node={nproc} {target}{extra}"
 
 
 def multi_node(path: str, nproc: str = "gpu", nnodes: str = "2", args: Sequence[str] = ()) -> str:
     job = os.path.splitext(os.path.basename(path))[0] or "job"
     extra = " " + " ".join(shlex.quote(a) for a in args) if args else ""
+    cd, target = _target(path)
     return (
-        f"torchrun --nnodes={nnodes} --nproc_per_node={nproc} --rdzv_backend=c10d "
-        f"--rdzv_endpoint=HOST:29400 --rdzv_id={job} {_script(path)}{extra}"
+        f"{cd}torchrun --nnodes={nnodes} --nproc_per_node={nproc} --rdzv_backend=c10d "
+        f"--rdzv_endpoint=HOST:29400 --rdzv_id={job} {target}{extra}"
     )
 
 

@@ -224,8 +224,21 @@ def emit_launch(directory: Path, entries: Sequence[str]) -> List[Path]:
             (f"{stem}.slurm", SLURM),
         ):
             path = directory / name
-            where = _absolute(entry) if template is SLURM else _in_dir(script)
-            text = template.format(script=where, display=entry, job=job, name=name)
+            form = launch.module_form(entry)
+            if form is not None:  # a package's module: run with -m from above the package
+                root, module = form
+                where = f"-m {module}"
+                place = (
+                    f'"${{ROOT:-{root}}}"' if template is SLURM
+                    else f'"$(dirname "$0")/{os.path.relpath(root, os.path.abspath(directory))}"'
+                )
+                text = template.format(script=where, display=entry, job=job, name=name)
+                text = text.replace("\nexec torchrun", f"\ncd {place}\nexec torchrun", 1).replace(
+                    "\nsrun torchrun", f"\ncd {place}\nsrun torchrun", 1
+                )
+            else:
+                where = _absolute(entry) if template is SLURM else _in_dir(script)
+                text = template.format(script=where, display=entry, job=job, name=name)
             path.write_text(text, encoding="utf-8")
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
             written.append(path)

@@ -291,3 +291,22 @@ def test_interactive_with_report_is_a_usage_error(tmp_path):
     result = invoke("convert", "--interactive", "--report", tmp_path / "r.md", path, input="a\n")
     assert result.exit_code == 2 and "run them separately" in result.output
     assert path.read_text() == DP.read_text()
+
+
+def test_a_package_entry_with_relative_imports_is_launched_as_a_module(tmp_path):
+    from dp2ddp import launch
+    from dp2ddp.migration import emit_launch
+
+    package = tmp_path / "proj" / "mypkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text("import torch\n")
+    (package / "main.py").write_text("from .model import torch\n\nif __name__ == '__main__':\n    pass\n")
+    (tmp_path / "proj" / "script.py").write_text("import torch\n")
+    assert launch.module_form(str(package / "main.py")) == (str(tmp_path / "proj"), "mypkg.main")
+    assert launch.module_form(str(tmp_path / "proj" / "script.py")) is None
+    line = launch.single_node(str(package / "main.py"), "2")
+    assert line.endswith("torchrun --standalone --nproc_per_node=2 -m mypkg.main") and line.startswith("cd ")
+    written = emit_launch(tmp_path / "launch", [str(package / "main.py")])
+    single = next(p for p in written if p.name == "main_torchrun.sh").read_text()
+    assert 'cd "$(dirname "$0")/../proj"' in single and "-m mypkg.main" in single
