@@ -74,7 +74,7 @@ def cli() -> None:
 @click.option("--nproc-per-node", default="gpu", show_default=True, help="Processes per machine in the printed torchrun line.")
 @click.option("--exclude", multiple=True, metavar="PATTERN", help="gitignore-style pattern of paths to skip (repeatable).")
 @click.option("--include", multiple=True, metavar="PATTERN", help="Only take files matching these patterns.")
-@click.option("--color/--no-color", default=None, help="Colour the diff (default: when stdout is a terminal).")
+@click.option("--color/--no-color", default=None, help="Colour the diff (default: when stdout is a terminal and NO_COLOR is unset).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 @click.option("--verify", "run_verify", is_flag=True, help="With --write: then run `dp2ddp verify` on each converted entry point.")
 @click.option("--allow-dirty", is_flag=True, help="With --write: also rewrite files that have uncommitted git changes.")
@@ -144,7 +144,7 @@ def convert(
     if show_diff is None:
         show_diff = mode is None and not interactive
     if color is None:
-        color = sys.stdout.isatty()
+        color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")  # no-color.org
     if mode == "write" and not allow_dirty:
         dirty = run.dirty_files(result)
         if dirty:
