@@ -39,7 +39,7 @@ def _batch_consequences(result: ConvertResult, batch_mode: str) -> List[str]:
             "so the learning rate and schedule need no change."
         )
     for f in loaders:
-        lines.append(f"- {f.path}:{f.line}: {f.message}")
+        lines.append(f"{f.path}:{f.line}: {f.message}")
     return lines
 
 
@@ -114,7 +114,8 @@ def markdown(result: ConvertResult, batch_mode: str = "global", nproc: str = "gp
         out += [f"- `{e}` (the process group is set up here)" for e in data["entry_points"]]
     else:
         out.append("None found among the files given: the script that imports them must set the process group up.")
-    out += ["", "## Batch size and learning rate", "", *data["batch_size"]["consequences"], ""]
+    consequences = data["batch_size"]["consequences"]
+    out += ["", "## Batch size and learning rate", "", *consequences[:1], *(f"- {c}" for c in consequences[1:]), ""]
     out += ["## Launch", ""]
     if data["entry_points"]:
         out += ["One machine (one process per GPU; on CPU give a number):", "", "```sh"]
