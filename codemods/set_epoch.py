@@ -30,6 +30,7 @@ from libcst.metadata import ScopeProvider
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
+from .sampler import _ITER_WRAPPERS as _WRAPPERS
 from .sampler import _arg, _calls_backward, _iterated
 
 _COLLECTIONS = (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -56,8 +57,26 @@ class SetEpoch(Transform):
         self._iter_reported: Set[str] = set()
 
     # ------------------------------------------------------------------ finding
+    def _through_wrappers(self, loader: cst.BaseExpression, at: cst.CSTNode) -> List[cst.BaseExpression]:
+        """``pbar`` of ``pbar = tqdm(train_loader)``: the loader behind it (the
+        wrapper has no ``.sampler``)."""
+        if not isinstance(loader, cst.Name):
+            return [loader]
+        scope = self.get_metadata(ScopeProvider, at, None)
+        if scope is None or loader.value not in scope:
+            return [loader]
+        inner: List[cst.BaseExpression] = []
+        for assignment in scope[loader.value]:
+            node = getattr(assignment, "node", None)
+            assign = self._assign_of(node) if isinstance(node, cst.Name) else None
+            value = assign.value if assign is not None else None
+            if not (isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in _WRAPPERS):
+                return [loader]
+            inner.extend(_iterated(value))
+        return inner or [loader]
+
     def visit_For(self, node: cst.For) -> None:
-        for loader in _iterated(node.iter):
+        for loader in [x for it in _iterated(node.iter) for x in self._through_wrappers(it, node)]:
             name = P.dotted_name(loader)
             if not name:
                 continue
