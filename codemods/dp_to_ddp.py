@@ -232,10 +232,9 @@ class DataParallelToDDP(Transform):
         if P.is_main_guard(original_node):
             return updated_node
         body = original_node.body.body
-        index = next(
-            (i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and self._wraps_here(s)),
-            None,
-        )
+        # every wrap under the condition (a GAN wraps its generator and its discriminator)
+        indices = [i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and self._wraps_here(s)]
+        index = indices[0] if indices else None
         if index is None:
             if self._wraps_here(original_node.body) or (
                 original_node.orelse is not None and self._wraps_here(original_node.orelse)
@@ -255,9 +254,10 @@ class DataParallelToDDP(Transform):
                 "process must wrap; move the wrap out of it by hand",
             )
             return updated_node
-        new_body = list(updated_node.body.body)
-        wrap = new_body.pop(index)
-        after_wrap = body[index + 1 :]
+        updated_body = list(updated_node.body.body)
+        wraps = [updated_body[i] for i in indices]
+        new_body = [stmt for i, stmt in enumerate(updated_body) if i not in indices]
+        after_wrap = [stmt for i, stmt in enumerate(body) if i > index and i not in indices]
         if any("module" in P.names_in(s) for s in after_wrap):
             self.manual(
                 original_node,
@@ -282,7 +282,8 @@ class DataParallelToDDP(Transform):
                 "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present)",
             )
         if not new_body and not else_body:
-            return cst.FlattenSentinel([wrap.with_changes(leading_lines=[*lead, *wrap.leading_lines])])
+            first = wraps[0].with_changes(leading_lines=[*lead, *wraps[0].leading_lines])
+            return cst.FlattenSentinel([first, *wraps[1:]])
         if not new_body:
             test = updated_node.test
             if isinstance(test, (cst.Comparison, cst.BooleanOperation, cst.IfExp)) and not test.lpar:
@@ -299,7 +300,7 @@ class DataParallelToDDP(Transform):
             kept = updated_node.with_changes(
                 body=updated_node.body.with_changes(body=new_body), orelse=orelse
             )
-        return cst.FlattenSentinel([kept, wrap.with_changes(leading_lines=[])])
+        return cst.FlattenSentinel([kept, *(w.with_changes(leading_lines=[]) for w in wraps)])
 
     def _wraps_here(self, block: cst.CSTNode) -> bool:
         return any(call in self._converted for call in P.find(block, cst.Call))
