@@ -79,6 +79,7 @@ def collect_facts(src: Source) -> FileFacts:
                 facts.local_data_parallel.append(
                     (call.lineno, call.col_offset + 1, src.qualname(func) or "a local name")
                 )
+    training_functions: Set[str] = set()
     main_blocks = [s for s in src.tree.body if is_main_guard(s)]
     facts.has_main_guard = bool(main_blocks)
     facts.main_guard_line = main_blocks[0].lineno if main_blocks else 0
@@ -101,6 +102,17 @@ def collect_facts(src: Source) -> FileFacts:
             facts.module_level_trains = True
         elif owner in main_blocks:
             facts.main_guard_trains = True
+        elif isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            training_functions.add(owner.name)
+    if not facts.module_level_trains and training_functions:
+        # module-level code that calls this file's training function (pytorch/examples'
+        # word_language_model: `for epoch in ...: train()` at module level)
+        facts.module_level_trains = any(
+            isinstance(call.func, ast.Name)
+            and call.func.id in training_functions
+            and _top_level_owner(src, call) is None
+            for call in src.calls
+        )
     return facts
 
 

@@ -416,6 +416,19 @@ def convert_sources(
     for path, output, findings, error, internal in _map(_convert_one, jobs, workers):
         result = results[path]
         result.output, result.findings, result.error, result.internal = output, findings, error, internal
+    if not any(facts[p].has_data_loader for p, role in roles.items() if role.in_program):
+        # batches cut from a tensor by hand (pytorch/examples' word_language_model):
+        # nothing a DistributedSampler could shard
+        for path, role in roles.items():
+            if role.is_entry and not role.already_distributed and results[path].error is None:
+                results[path].findings.append(
+                    Finding(
+                        "DDP101", "note", 1, 1,
+                        "no DataLoader in this program: every rank trains on the same batches; "
+                        "give each rank its part of the data (e.g. data[rank::world_size])",
+                        "distributed-sampler", path,
+                    )
+                )
     if verify:
         _verify(results, settings, explicit, workers)
     return ConvertResult(files=list(results.values()))
