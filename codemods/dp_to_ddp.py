@@ -132,6 +132,13 @@ class DataParallelToDDP(Transform):
                 "inference use the bare model on one device, or convert by hand",
             )
             return updated
+        if self.role.is_entry and self.role.entry_kind == "main-block" and self._at_import_time(original):
+            self.manual(
+                original,
+                "DataParallel wrapped at import time, before the process group is started in "
+                "the __main__ block: move the wrap into the code that __main__ runs, then convert",
+            )
+            return updated
         parent = self.parent(original)
         if isinstance(parent, cst.Call) and parent.func is original:
             self.manual(
@@ -301,6 +308,15 @@ class DataParallelToDDP(Transform):
                 body=updated_node.body.with_changes(body=new_body), orelse=orelse
             )
         return cst.FlattenSentinel([kept, *(w.with_changes(leading_lines=[]) for w in wraps)])
+
+    def _at_import_time(self, node: cst.CSTNode) -> bool:
+        """At module level, outside any def/class and outside the __main__ block."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return False
+            if isinstance(anc, cst.If) and P.is_main_guard(anc):
+                return False
+        return True
 
     def _wraps_here(self, block: cst.CSTNode) -> bool:
         return any(call in self._converted for call in P.find(block, cst.Call))
