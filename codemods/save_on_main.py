@@ -213,13 +213,34 @@ class SaveOnMainProcess(MainProcessGuard):
     def _save_path(self, stmt: cst.BaseStatement) -> Optional[str]:
         call = single_call(stmt)
         if call is not None and self.is_call(call, N.TORCH_SAVE) and len(call.args) >= 2:
-            return self.module.code_for_node(call.args[1].value)
+            return self._file_of(call.args[1].value)
+        if isinstance(stmt, cst.With) and self._with_open_save(stmt):
+            return self._opened(stmt.items[0])
         return None
+
+    def _opened(self, item: cst.WithItem) -> Optional[str]:
+        """``P`` of ``with open(P, ...) as f``."""
+        call = item.item
+        if isinstance(call, cst.Call) and call.args:
+            return self.module.code_for_node(call.args[0].value)
+        return None
+
+    def _file_of(self, expr: cst.BaseExpression) -> str:
+        """The path behind a file object: ``f`` of ``with open(P) as f`` is ``P``."""
+        if isinstance(expr, cst.Name):
+            for anc in self.ancestors(expr):
+                if isinstance(anc, cst.With):
+                    for item in anc.items:
+                        if item.asname is not None and P.dotted_name(item.asname.name) == expr.value:
+                            opened = self._opened(item)
+                            if opened is not None:
+                                return opened
+        return self.module.code_for_node(expr)
 
     def _paths_loaded(self) -> Set[str]:
         if self._loaded_paths is None:
             self._loaded_paths = {
-                self.module.code_for_node(call.args[0].value)
+                self._file_of(call.args[0].value)
                 for call in _calls(self.module)
                 if call.args and self.is_call(call, N.TORCH_LOAD)
             }
