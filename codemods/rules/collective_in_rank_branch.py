@@ -36,7 +36,8 @@ class CollectiveInRankBranch(Rule):
     (`if rank == src: dist.gather(t, out, src) else: dist.gather(t, None, src)`),
     a `return` in both branches, and the deliberate pairing used by some
     libraries -- a `barrier()` for the other ranks before rank 0 downloads, and
-    one for rank 0 after (two or more rank-dependent barriers in one function).
+    one for rank 0 after (in one function, a barrier on the main-process side of a
+    rank check and one on the other side; two behind the same check are no pair).
 
     ## Why is this bad?
     A collective completes only when every rank of the group calls it. If only
