@@ -116,6 +116,8 @@ def convert(
         raise click.UsageError("--write and --check exclude each other")
     if interactive and check:
         raise click.UsageError("--interactive and --check exclude each other")
+    if check and launch_dir is not None:
+        raise click.UsageError("--check writes nothing: --emit-launch goes with --write (or the diff mode)")
     if interactive and (report_path is not None or launch_dir is not None):
         raise click.UsageError(
             "--report and --emit-launch describe the whole conversion, --interactive writes "

@@ -310,3 +310,9 @@ def test_a_package_entry_with_relative_imports_is_launched_as_a_module(tmp_path)
     written = emit_launch(tmp_path / "launch", [str(package / "main.py")])
     single = next(p for p in written if p.name == "main_torchrun.sh").read_text()
     assert 'cd "$(dirname "$0")/../proj"' in single and "-m mypkg.main" in single
+
+
+def test_check_with_emit_launch_is_a_usage_error(tmp_path):
+    path = _copy_dp(tmp_path)
+    result = invoke("convert", "--check", "--emit-launch", tmp_path / "launch", path)
+    assert result.exit_code == 2 and not (tmp_path / "launch").exists()
