@@ -21,7 +21,7 @@ import ast
 import io
 import re
 import tokenize
-from typing import Dict, Iterable, Iterator, List, Optional, Set
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from . import _names as N
 
@@ -589,3 +589,66 @@ def is_epoch_loop(node: ast.AST) -> bool:
     if _EPOCH.match(node.target.id):
         return True
     return isinstance(node.iter, ast.Call) and last_name(node.iter.func) in ("range", "trange")
+
+
+# ------------------------------------------------------------------ early stops
+_METRIC = re.compile(r"(?i)loss|acc|correct")
+
+
+def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
+    """``if train_loss < target: break`` in a loop around a training loop, with the
+    names of the test that hold a value computed from this rank's own batches: a
+    name assigned in a loop that calls ``backward()`` from a loss, an accuracy or
+    an ``.item()`` (``running += loss.item()``), or computed from such a name
+    (``train_loss = running / len(loader)``).  Counters (``step += 1``) are not
+    metrics: every rank takes the same number of steps.  Shared by lint (DDP307)
+    and convert (set-epoch, which reports the spot)."""
+    found: List[Tuple[ast.If, Set[str]]] = []
+    seen: Set[int] = set()
+    for loop in src.of_type(ast.For, ast.While):
+        if not any(
+            isinstance(n, (ast.For, ast.While)) and calls_method(n, "backward") for n in ast.walk(loop) if n is not loop
+        ):
+            continue  # not an epoch loop around a training loop
+        local = _shard_values(loop)
+        if not local:
+            continue
+        for node in ast.walk(loop):
+            if isinstance(node, ast.If) and id(node) not in seen and _names(node.test) & local:
+                if any(isinstance(n, (ast.Break, ast.Return)) for stmt in node.body for n in ast.walk(stmt)):
+                    seen.add(id(node))
+                    found.append((node, _names(node.test) & local))
+    return found
+
+
+def _names(node: ast.AST) -> Set[str]:
+    return {dotted(n) for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n)}
+
+
+def _shard_values(epoch_loop: ast.AST) -> Set[str]:
+    """Names holding a value computed from the rank's own batches, in ``epoch_loop``."""
+    local: Set[str] = set()
+    for inner in ast.walk(epoch_loop):
+        if inner is epoch_loop or not isinstance(inner, (ast.For, ast.While)) or not calls_method(inner, "backward"):
+            continue
+        for node in ast.walk(inner):
+            if isinstance(node, (ast.Assign, ast.AugAssign)):
+                value = node.value
+                calls_item = any(
+                    isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "item"
+                    for c in ast.walk(value)
+                )
+                if calls_item or any(_METRIC.search(n) for n in _names(value)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for target in targets:
+                        local |= {dotted(t) for t in ast.walk(target) if isinstance(t, (ast.Name, ast.Attribute))} - {""}
+    changed = True
+    while changed and local:
+        changed = False
+        for node in ast.walk(epoch_loop):
+            if isinstance(node, ast.Assign) and _names(node.value) & local:
+                for target in node.targets:
+                    for name in {dotted(t) for t in ast.walk(target) if isinstance(t, ast.Name)} - local - {""}:
+                        local.add(name)
+                        changed = True
+    return local

@@ -27,13 +27,13 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
 from .sampler import _ITER_WRAPPERS as _WRAPPERS
 from .sampler import _arg, _calls_backward, _iterated
 
-_METRIC = re.compile(r"(?i)loss|acc|correct")
 _COLLECTIONS = (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _EPOCH = re.compile(r"(?i)^(epoch|ep|e|epoch_?(idx|id|num|i|no)|cur_?epoch|current_?epoch|i_?epoch)$")
 
@@ -57,6 +57,7 @@ class SetEpoch(Transform):
         self._all_calls: Optional[List[cst.Call]] = None
         self._iter_reported: Set[str] = set()
         self._stops_checked: Set[cst.CSTNode] = set()
+        self._stops: Optional[Dict[int, Set[str]]] = None
 
     # ------------------------------------------------------------------ finding
     def _through_wrappers(self, loader: cst.BaseExpression, at: cst.CSTNode) -> List[cst.BaseExpression]:
@@ -145,7 +146,7 @@ class SetEpoch(Transform):
         epoch_loop = self._epoch_loop(batch_loop)
         if epoch_loop is not None and epoch_loop not in self._stops_checked:
             self._stops_checked.add(epoch_loop)
-            self._report_rank_local_stops(epoch_loop, batch_loop)
+            self._report_rank_local_stops(epoch_loop)
         if epoch_loop is not None:
             epoch = epoch_loop.target
             assert isinstance(epoch, cst.Name)
@@ -176,39 +177,20 @@ class SetEpoch(Transform):
                 f"{loader}.sampler.set_epoch(epoch) at the start of every epoch",
             )
 
-    def _report_rank_local_stops(self, epoch_loop: cst.For, batch_loop: cst.For) -> None:
+    def _report_rank_local_stops(self, epoch_loop: cst.For) -> None:
         """``if train_loss < target: break`` -- a value computed from this rank's shard
         decides when to stop: the ranks may stop at different epochs, and the others
-        then wait forever in their next all-reduce.  Reported, not rewritten."""
-        local: Set[str] = set()
-        for node in P.find(batch_loop, cst.Assign, cst.AugAssign):
-            value = node.value
-            code = self.module.code_for_node(value)
-            if ".item()" in code or any(_METRIC.search(n) for n in P.names_in(value)):
-                targets = node.targets if isinstance(node, cst.Assign) else [node]
-                for t in targets:
-                    local.update(P.target_names(t.target))
-        if not local:
-            return
-        changed = True
-        while changed:  # what is computed from those, in the epoch loop
-            changed = False
-            for node in P.find(epoch_loop, cst.Assign):
-                if set(P.names_in(node.value)) & local:
-                    for t in node.targets:
-                        for name in P.target_names(t.target):
-                            if name not in local:
-                                local.add(name)
-                                changed = True
+        then wait forever in their next all-reduce.  Reported, not rewritten.  Found
+        by lint's recogniser (``_analysis.rank_local_stops``, DDP307)."""
+        if self._stops is None:
+            self._stops = {stop.lineno: names for stop, names in A.rank_local_stops(self.ast_source)}
         for stmt in P.find(epoch_loop, cst.If):
-            if not set(P.names_in(stmt.test)) & local:
-                continue
-            if P.find(stmt.body, cst.Break, cst.Return):
-                names = ", ".join(sorted(set(P.names_in(stmt.test)) & local))
+            names = self._stops.get(self.position(stmt)[0])
+            if names:
                 self.manual(
                     stmt,
-                    f"the loop stops on a value computed from this rank's shard ({names}): ranks "
-                    "may stop at different times and the others wait forever in their next "
+                    f"the loop stops on a value computed from this rank's shard ({', '.join(sorted(names))}): "
+                    "ranks may stop at different times and the others wait forever in their next "
                     "all-reduce; all_reduce the value (or decide on rank 0 and broadcast) first",
                 )
 

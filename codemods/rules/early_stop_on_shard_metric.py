@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import ast
-import re
-from typing import Iterator, Set
+from typing import Iterator
 
-from .._analysis import Source, calls_method, dotted, uses_distributed
+from .._analysis import Source, rank_local_stops, uses_distributed
 from ._base import Diagnostic, Rule
-
-_METRIC = re.compile(r"(?i)loss|acc|correct")
 
 
 class EarlyStopOnShardMetric(Rule):
@@ -68,46 +64,5 @@ class EarlyStopOnShardMetric(Rule):
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
             return
-        for loop in src.of_type(ast.For, ast.While):
-            if not any(isinstance(n, (ast.For, ast.While)) and calls_method(n, "backward") for n in ast.walk(loop) if n is not loop):
-                continue  # not an epoch loop around a training loop
-            local = _shard_values(loop)
-            if not local:
-                continue
-            for node in ast.walk(loop):
-                if isinstance(node, ast.If) and _names(node.test) & local:
-                    if any(isinstance(n, (ast.Break, ast.Return)) for stmt in node.body for n in ast.walk(stmt)):
-                        yield self.diagnostic(src, node)
-
-
-def _names(node: ast.AST) -> Set[str]:
-    return {dotted(n) for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n)}
-
-
-def _shard_values(epoch_loop: ast.AST) -> Set[str]:
-    """Names holding a value computed from the rank's own batches, in ``epoch_loop``."""
-    local: Set[str] = set()
-    for inner in ast.walk(epoch_loop):
-        if inner is epoch_loop or not isinstance(inner, (ast.For, ast.While)) or not calls_method(inner, "backward"):
-            continue
-        for node in ast.walk(inner):
-            if isinstance(node, (ast.Assign, ast.AugAssign)):
-                value = node.value
-                calls_item = any(
-                    isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "item"
-                    for c in ast.walk(value)
-                )
-                if calls_item or any(_METRIC.search(n) for n in _names(value)):
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    for target in targets:
-                        local |= {dotted(t) for t in ast.walk(target) if isinstance(t, (ast.Name, ast.Attribute))} - {""}
-    changed = True
-    while changed and local:
-        changed = False
-        for node in ast.walk(epoch_loop):
-            if isinstance(node, ast.Assign) and _names(node.value) & local:
-                for target in node.targets:
-                    for name in {dotted(t) for t in ast.walk(target) if isinstance(t, ast.Name)} - local - {""}:
-                        local.add(name)
-                        changed = True
-    return local
+        for stop, _ in rank_local_stops(src):
+            yield self.diagnostic(src, stop)
