@@ -483,12 +483,11 @@ class Transform(Codemod, cst.CSTTransformer):
         if scope is None:
             return False
         line = self.position(at)[0]
-        move = m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))
         for assignment in scope[expr.value]:
             node = getattr(assignment, "node", None)
             if isinstance(node, cst.Name):
                 assign = self._assign_of(node)
-                if assign is not None and m.matches(assign.value, move) and self.position(assign)[0] < line:
+                if assign is not None and m.matches(assign.value, P.DEVICE_MOVE) and self.position(assign)[0] < line:
                     return True
         for access in scope.accesses[expr.value]:
             attr = self.parent(access.node)
@@ -501,18 +500,24 @@ class Transform(Codemod, cst.CSTTransformer):
 
     def _attribute_moved(self, expr: cst.Attribute, at: cst.CSTNode) -> bool:
         """``self.model = model.to(self.device)`` earlier in the same function."""
-        target = P.dotted_name(expr)
-        func = self.enclosing_function(at)
-        if not target or func is None:
+        if self.enclosing_function(at) is None:
             return False
         line = self.position(at)[0]
-        move = m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))
         return any(
-            any(P.dotted_name(t.target) == target for t in assign.targets)
-            and m.matches(assign.value, move)
-            and self.position(assign)[0] < line
-            for assign in P.find(func, cst.Assign)
+            m.matches(assign.value, P.DEVICE_MOVE) and self.position(assign)[0] < line
+            for assign in self.assignments_to(P.dotted_name(expr), at)
         )
+
+    def assignments_to(self, name: str, at: cst.CSTNode) -> List[cst.Assign]:
+        """The assignments to the dotted ``name`` (``model``, ``self.model``) in the
+        function holding ``at``, or in the module."""
+        if not name:
+            return []
+        return [
+            assign
+            for assign in P.find(self.enclosing_function(at) or self.module, cst.Assign)
+            if any(P.dotted_name(t.target) == name for t in assign.targets)
+        ]
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         result = super().on_leave(original_node, updated_node)

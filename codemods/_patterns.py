@@ -231,6 +231,10 @@ def _harmless_call(call: cst.Call) -> bool:
     return False
 
 
+#: ``x.to(...)`` / ``x.cuda(...)``: a module or tensor put on a device
+DEVICE_MOVE = m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))
+
+
 def target_names(target: cst.BaseExpression) -> Iterator[str]:
     if isinstance(target, cst.Name):
         yield target.value

@@ -174,7 +174,7 @@ class DataParallelToDDP(Transform):
         original_module = next(
             (a.value for a in original.args if a.keyword is None or a.keyword.value == "module"), None
         )
-        moved = m.matches(module_arg, m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda"))))
+        moved = m.matches(module_arg, P.DEVICE_MOVE)
         if not moved and not self.already_moved(original_module, original):
             module_arg = cst.Call(
                 func=cst.Attribute(value=module_arg, attr=cst.Name("to")),
@@ -322,7 +322,7 @@ class DataParallelToDDP(Transform):
         return any(call in self._converted for call in P.find(block, cst.Call))
 
     def _device_move(self, stmt: cst.BaseStatement) -> bool:
-        move = m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))
+        move = P.DEVICE_MOVE
         return m.matches(
             stmt,
             m.SimpleStatementLine(

@@ -105,11 +105,9 @@ class WrapModel(Transform):
                 for c in P.find(self.module, cst.ClassDef)
                 if any(self.is_ref(b.value, N.DATA_PARALLEL) for b in c.bases)
             }
-        for assign in P.find(self.enclosing_function(at) or self.module, cst.Assign):
-            if not any(P.dotted_name(t.target) == model for t in assign.targets):
-                continue
+        for assign in self.assignments_to(model, at):
             value = assign.value
-            while m.matches(value, m.Call(func=m.Attribute(attr=m.Name("cuda") | m.Name("to")))):
+            while m.matches(value, P.DEVICE_MOVE):
                 value = value.func.value
             if not isinstance(value, cst.Call):
                 continue
@@ -123,10 +121,8 @@ class WrapModel(Transform):
         """``model`` was assigned from a DDP call before ``at`` (converted already)."""
         line = self.position(at)[0]
         return any(
-            any(P.dotted_name(t.target) == model for t in assign.targets)
-            and self.is_call(assign.value, N.DDP)
-            and self.position(assign)[0] < line
-            for assign in P.find(self.enclosing_function(at) or self.module, cst.Assign)
+            self.is_call(assign.value, N.DDP) and self.position(assign)[0] < line
+            for assign in self.assignments_to(model, at)
         )
 
 
