@@ -610,6 +610,14 @@ class Transform(Codemod, cst.CSTTransformer):
             rest[0] = rest[0].with_changes(leading_lines=at_least_two_blank(rest[0].leading_lines))
         return updated_node.with_changes(body=[*body[:at], *new, *rest])
 
+    def is_rank_preamble(self, stmt: cst.CSTNode) -> bool:
+        """``local_rank = int(os.environ.get("LOCAL_RANK", 0))`` or ``device =
+        torch.device(f"cuda:{local_rank}" ...)``, as ``_preamble_statements`` writes them."""
+        name = _preamble_name(stmt)
+        if name == "local_rank":
+            return "LOCAL_RANK" in cst.Module(body=[]).code_for_node(stmt.body[0].value)
+        return name == "device" and P.is_rank_device(self, stmt.body[0].value)
+
     def _insert_into_function(self, func: cst.FunctionDef, needs: List[str]) -> cst.FunctionDef:
         body = func.body
         if not isinstance(body, cst.IndentedBlock):
@@ -621,7 +629,7 @@ class Transform(Codemod, cst.CSTTransformer):
         # together with the rank preamble an earlier transform put there, local_rank
         # first: ``device`` is computed from it
         end = at
-        while end < len(stmts) and _is_rank_preamble(stmts[end]):
+        while end < len(stmts) and self.is_rank_preamble(stmts[end]):
             end += 1
         block = [*stmts[at:end], *self._preamble_statements(needs)]
         ordered = sorted(block, key=lambda st: 0 if _preamble_name(st) == "local_rank" else 1)
@@ -690,19 +698,10 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
 
 
 def _preamble_name(stmt: cst.CSTNode) -> str:
+    """``x`` of a one-name assignment statement ``x = ...``, else ""."""
     if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())])])):
         return stmt.body[0].targets[0].target.value
     return ""
-
-
-def _is_rank_preamble(stmt: cst.CSTNode) -> bool:
-    """``local_rank = int(os.environ.get("LOCAL_RANK", 0))`` or ``device =
-    torch.device(f"cuda:{local_rank}" ...)``, as ``_preamble_statements`` writes them."""
-    if not m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())])])):
-        return False
-    name = stmt.body[0].targets[0].target.value
-    code = cst.Module(body=[]).code_for_node(stmt.body[0].value)
-    return (name == "local_rank" and "LOCAL_RANK" in code) or (name == "device" and "local_rank" in code)
 
 
 def _is_global_decl(stmt: cst.CSTNode) -> bool:

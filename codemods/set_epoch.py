@@ -30,7 +30,7 @@ from libcst.metadata import ScopeProvider
 from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
-from ._base import FileRole, Transform
+from ._base import FileRole, Transform, _is_docstring
 from .sampler import _ITER_WRAPPERS as _WRAPPERS
 from .sampler import _arg, _calls_backward, _iterated
 
@@ -323,25 +323,10 @@ class SetEpoch(Transform):
             assert isinstance(body, cst.IndentedBlock)
             items = list(body.body)
             at = 1 if isinstance(result, cst.FunctionDef) and items and _is_docstring(items[0]) else 0
-            while at < len(items) and self._is_rank_preamble(items[at]):
+            while at < len(items) and self.is_rank_preamble(items[at]):
                 at += 1
             result = result.with_changes(body=body.with_changes(body=[*items[:at], *stmts, *items[at:]]))
         return result
-
-
-    def _is_rank_preamble(self, stmt) -> bool:
-        """``local_rank = int(os.environ.get("LOCAL_RANK", 0))`` / ``device = ...``."""
-        if not m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())])])):
-            return False
-        name = stmt.body[0].targets[0].target.value
-        code = cst.Module(body=[]).code_for_node(stmt.body[0].value)
-        return (name == "local_rank" and "LOCAL_RANK" in code) or (
-            name == "device" and P.is_rank_device(self, stmt.body[0].value)
-        )
-
-
-def _is_docstring(stmt) -> bool:
-    return m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())]))
 
 
 def _epoch_param(func: cst.FunctionDef) -> Optional[str]:
