@@ -168,7 +168,7 @@ SINGLE = """#!/usr/bin/env bash
 # On a CPU-only machine set NPROC_PER_NODE to a number, e.g. 2.
 set -euo pipefail
 NPROC_PER_NODE="${{NPROC_PER_NODE:-gpu}}"
-exec torchrun --standalone --nproc_per_node="$NPROC_PER_NODE" {script} "$@"
+{cd}exec torchrun --standalone --nproc_per_node="$NPROC_PER_NODE" {script} "$@"
 """
 
 MULTI = """#!/usr/bin/env bash
@@ -180,7 +180,7 @@ NPROC_PER_NODE="${{NPROC_PER_NODE:-gpu}}"
 RDZV_HOST="${{RDZV_HOST:?set RDZV_HOST to the address of node 0}}"
 RDZV_PORT="${{RDZV_PORT:-29400}}"
 RDZV_ID="${{RDZV_ID:-{job}}}"
-exec torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE" \\
+{cd}exec torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE" \\
     --rdzv_backend=c10d --rdzv_endpoint="$RDZV_HOST:$RDZV_PORT" --rdzv_id="$RDZV_ID" \\
     {script} "$@"
 """
@@ -198,7 +198,7 @@ SLURM = """#!/usr/bin/env bash
 set -euo pipefail
 RDZV_HOST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 RDZV_PORT="${{RDZV_PORT:-29400}}"
-srun torchrun --nnodes="$SLURM_NNODES" --nproc_per_node="${{SLURM_GPUS_ON_NODE:-gpu}}" \\
+{cd}srun torchrun --nnodes="$SLURM_NNODES" --nproc_per_node="${{SLURM_GPUS_ON_NODE:-gpu}}" \\
     --rdzv_backend=c10d --rdzv_endpoint="$RDZV_HOST:$RDZV_PORT" --rdzv_id="$SLURM_JOB_ID" \\
     {script} "$@"
 """
@@ -219,27 +219,21 @@ def emit_launch(directory: Path, entries: Sequence[str]) -> List[Path]:
                 stem = os.path.splitext(relative)[0].replace(os.sep, "_").replace(".", "").lstrip("_")
         script = os.path.relpath(os.path.abspath(entry), os.path.abspath(directory))
         job = stem.replace(" ", "_") or "job"
+        form = launch.module_form(entry)  # a package's module: run with -m from above the package
         for name, template in (
             (f"{stem}_torchrun.sh", SINGLE),
             (f"{stem}_multinode.sh", MULTI),
             (f"{stem}.slurm", SLURM),
         ):
             path = directory / name
-            form = launch.module_form(entry)
-            if form is not None:  # a package's module: run with -m from above the package
+            slurm = template is SLURM
+            if form is not None:
                 root, module = form
-                where = f"-m {module}"
-                place = (
-                    f'"${{ROOT:-{root}}}"' if template is SLURM
-                    else f'"$(dirname "$0")/{os.path.relpath(root, os.path.abspath(directory))}"'
-                )
-                text = template.format(script=where, display=entry, job=job, name=name)
-                text = text.replace("\nexec torchrun", f"\ncd {place}\nexec torchrun", 1).replace(
-                    "\nsrun torchrun", f"\ncd {place}\nsrun torchrun", 1
-                )
+                place = f'"${{ROOT:-{root}}}"' if slurm else _in_dir(os.path.relpath(root, os.path.abspath(directory)))
+                where, cd = f"-m {module}", f"cd {place}\n"
             else:
-                where = _absolute(entry) if template is SLURM else _in_dir(script)
-                text = template.format(script=where, display=entry, job=job, name=name)
+                where, cd = (_absolute(entry) if slurm else _in_dir(script)), ""
+            text = template.format(script=where, display=entry, job=job, name=name, cd=cd)
             path.write_text(text, encoding="utf-8")
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
             written.append(path)
