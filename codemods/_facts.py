@@ -77,7 +77,7 @@ def collect_facts(src: Source) -> FileFacts:
             last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if last == "DataParallel" and src.qualname(func) not in N.DATA_PARALLEL:
                 facts.local_data_parallel.append(
-                    (call.lineno, call.col_offset + 1, src.qualname(func) or "a local name")
+                    (call.lineno, call.col_offset + 1, src.qualname(func))
                 )
     training_functions: Set[str] = set()
     main_blocks = [s for s in src.tree.body if is_main_guard(s)]

@@ -43,6 +43,12 @@ from . import _patterns as P
 from ._base import FileRole, Transform
 
 
+def local_data_parallel_note(resolves_to: str) -> str:
+    """The note for a call of a project's own ``DataParallel`` (here and, for files
+    that never import torch, from the engine)."""
+    return f"DataParallel here is not torch's (it resolves to {resolves_to or 'a local name'}); left alone"
+
+
 class DataParallelToDDP(Transform):
     CODE = "DDP001"
     NAME = "data-parallel-to-ddp"
@@ -105,11 +111,7 @@ class DataParallelToDDP(Transform):
         elif m.matches(func, m.Name("isinstance")) and len(original_node.args) == 2:
             return self._isinstance(original_node, updated_node)
         elif self._local_data_parallel(func):
-            self.note(
-                original_node,
-                "DataParallel here is not torch's (it resolves to "
-                f"{', '.join(sorted(self.qnames(func))) or 'a local name'}); left alone",
-            )
+            self.note(original_node, local_data_parallel_note(", ".join(sorted(self.qnames(func)))))
         return updated_node
 
     def _local_data_parallel(self, func: cst.BaseExpression) -> bool:

@@ -30,6 +30,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 
 from dp2ddp.codemods import TRANSFORMS
+from dp2ddp.codemods.dp_to_ddp import local_data_parallel_note
 from dp2ddp.codemods._base import FileRole, Finding, Settings, apply_scheduled_imports
 from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods._facts import FileFacts, collect_facts
@@ -383,7 +384,7 @@ def convert_sources(
             result.findings = [
                 Finding(
                     "DDP001", "note", line, col,
-                    f"DataParallel here is not torch's (it resolves to {name}); left alone",
+                    local_data_parallel_note(name),
                     "data-parallel-to-ddp", path,
                 )
                 for line, col, name in file_facts.local_data_parallel
