@@ -268,6 +268,8 @@ _MAIN_FUNC = re.compile(
 _MAIN_VAR = re.compile(
     r"(?i)^(is_)?(main|master|primary|rank_?0|rank_?zero|leader|chief)(_?proc(ess)?|_?rank|_?node)?$"
 )
+#: calls that return a rank, by their last name
+_RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank"})
 _RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "GROUP_RANK"})
 
 
@@ -291,7 +293,7 @@ def is_rank_expr(src: Source, node: ast.AST) -> bool:
         name = src.qualname(node.func)
         if name.startswith("torch.distributed.") and name.endswith(("get_rank", "get_node_local_rank")):
             return True
-        if last_name(node.func) in ("get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank"):
+        if last_name(node.func) in _RANK_CALLS:
             return True
         if name == "builtins.int" or last_name(node.func) == "int":
             return bool(node.args) and is_rank_expr(src, node.args[0])
@@ -323,7 +325,7 @@ def _rank_valued_names(src: Source) -> frozenset:
                 isinstance(value, (ast.Subscript, ast.Call)) and _environ_key(src, value) in _RANK_ENV
             ) or (
                 isinstance(value, ast.Call)
-                and last_name(value.func) in ("get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank")
+                and last_name(value.func) in _RANK_CALLS
             )
             if direct:
                 for target in node.targets:
