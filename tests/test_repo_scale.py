@@ -187,20 +187,9 @@ def test_lint_results_identical_across_jobs_and_cache(many, monkeypatch):
     assert again.parsed == 1
 
 
-def _warm_run(root: Path):
-    """A cold run that fills the cache, then the sources a warm run reads."""
-    from dp2ddp.cache import LintCache
-    from dp2ddp.config import LintConfig
-    from dp2ddp.lint import lint_sources
-    from dp2ddp.runner import LintRun
-
-    cache = LintCache(root, LintConfig())
-    cold = lint_sources(LintRun([root], LintConfig()).read(cache), LintConfig(), cache=cache)
-    cache.save()
-    return cold
-
-
-def _lint_again(root: Path):
+def _lint(root: Path, save: bool = False):
+    """(the sources a run read, its result) of a lint run on ``root`` with the
+    project's cache; ``save``: keep what it learnt for the next run."""
     from dp2ddp.cache import LintCache
     from dp2ddp.config import LintConfig
     from dp2ddp.lint import lint_sources
@@ -208,7 +197,10 @@ def _lint_again(root: Path):
 
     cache = LintCache(root, LintConfig())
     sources = LintRun([root], LintConfig()).read(cache)
-    return sources, lint_sources(sources, LintConfig(), cache=cache)
+    result = lint_sources(sources, LintConfig(), cache=cache)
+    if save:
+        cache.save()
+    return sources, result
 
 
 def test_warm_lint_does_not_read_files_the_stat_vouches_for(tmp_path):
@@ -217,15 +209,15 @@ def test_warm_lint_does_not_read_files_the_stat_vouches_for(tmp_path):
     hour_ago = os.stat(root / "bad_every_rank.py").st_mtime_ns - 3600 * 10**9
     for path in root.iterdir():
         os.utime(path, ns=(hour_ago, hour_ago))
-    cold = _warm_run(root)
-    sources, warm = _lint_again(root)
+    _, cold = _lint(root, save=True)
+    sources, warm = _lint(root)
     assert [d.to_dict() for d in warm.diagnostics] == [d.to_dict() for d in cold.diagnostics]
     assert warm.parsed == 0 and cold.diagnostics
     assert not any(sources.is_read(p) for p in sources)  # not even read
     # an edit moves the mtime: read, hashed, analysed again
     edited = root / "good_rank_checks.py"
     edited.write_bytes(edited.read_bytes() + b"\ntorch.save(model.state_dict(), 'x.pt')\n")
-    sources, again = _lint_again(root)
+    sources, again = _lint(root)
     assert sources.is_read(str(edited)) and again.parsed == 1
     assert any(d.path == str(edited) and d.code == "DDP302" for d in again.diagnostics)
 
@@ -237,7 +229,7 @@ def test_a_file_edited_within_the_mtime_tick_is_not_trusted_by_its_stat(tmp_path
     shutil.copytree(FIXTURES / "rules" / "DDP302", root)
     target = root / "bad_every_rank.py"
     os.utime(target)  # modified just now (copytree kept the checkout's mtime)
-    cold = _warm_run(root)
+    _, cold = _lint(root, save=True)
     assert any(d.path == str(target) for d in cold.diagnostics)
     before = os.stat(target)
     text = target.read_bytes()
@@ -246,7 +238,7 @@ def test_a_file_edited_within_the_mtime_tick_is_not_trusted_by_its_stat(tmp_path
     target.write_bytes(same_size)
     os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert os.stat(target).st_mtime_ns == before.st_mtime_ns
-    sources, warm = _lint_again(root)
+    sources, warm = _lint(root)
     assert sources.is_read(str(target)) and warm.parsed == 1
     assert [d for d in warm.diagnostics if d.path == str(target) and d.code == "DDP302"] == []
 
