@@ -32,6 +32,8 @@ with a DDP path and a DataParallel fallback) nothing is changed.
 
 from __future__ import annotations
 
+import re
+
 from typing import Set, Union
 
 import libcst as cst
@@ -53,7 +55,8 @@ class DataParallelToDDP(Transform):
     CODE = "DDP001"
     NAME = "data-parallel-to-ddp"
     DESCRIPTION = "Replace nn.DataParallel with DistributedDataParallel on this process's device."
-    TRIGGERS = ("DataParallel", "data_parallel")
+    # DataParallel, but not as the tail of DistributedDataParallel (a converted file)
+    TRIGGERS = (re.compile(r"(?<!Distributed)DataParallel|data_parallel"),)
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:

@@ -244,7 +244,7 @@ def run_transforms(
 ) -> tuple:
     """Apply every transform that applies to ``role``; return (module, findings).
 
-    A transform whose ``TRIGGERS`` do not occur in the current code cannot
+    A transform whose ``TRIGGERS`` (words or patterns) do not occur in the current code cannot
     change anything and is skipped without building its metadata.  Every change
     a transform makes comes with a finding (nothing is converted silently), so a
     transform without "change" or "manual" findings left the code as it was: its
@@ -259,7 +259,9 @@ def run_transforms(
         if not transform_cls.applies_to(role):
             continue
         triggers = transform_cls.TRIGGERS
-        if triggers and not any(t in code for t in triggers):
+        if triggers and not any(
+            t.search(code) if hasattr(t, "search") else t in code for t in triggers
+        ):
             continue
         transform = transform_cls(context, settings, role)
         transform.shared_wrapper = wrapper
