@@ -21,7 +21,7 @@ import ast
 import io
 import re
 import tokenize
-from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 from . import _names as N
 
@@ -32,7 +32,20 @@ def decode(data: bytes) -> str:
     return data.decode(encoding)
 
 
-_SINGLETONS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+#: fields that never hold a node, or hold only the shared operator and context
+#: singletons (``Load``, ``Add``, ``Eq`` ...: no position, no parent of their own)
+_LEAF_FIELDS = frozenset(
+    ("ctx", "op", "ops", "id", "attr", "arg", "asname", "module", "level", "kind",
+     "conversion", "type_comment", "is_async", "simple", "name")
+)
+_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {ast.Constant: ()}
+
+
+def _child_fields(cls: type) -> Tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(cls)
+    if fields is None:
+        fields = _CHILD_FIELDS[cls] = tuple(f for f in cls._fields if f not in _LEAF_FIELDS)
+    return fields
 
 
 class Source:
@@ -52,32 +65,51 @@ class Source:
 
     # -- structure ---------------------------------------------------------
     def _index(self) -> None:
-        """One walk of the tree: every node, parent links, calls.  The operator
-        and context nodes (``Load``, ``Add``, ``Eq`` ...) are shared singletons
-        with no position and no parent of their own: not indexed.  (A hand-made
-        walk: ``ast.iter_child_nodes`` is half the cost of linting a file.)"""
+        """One walk of the tree: every node and the calls.  The operator and
+        context nodes (``Load``, ``Add``, ``Eq`` ...) are shared singletons with
+        no position and no parent of their own: not indexed.  (A hand-made walk
+        over the fields that can hold nodes: ``ast.iter_child_nodes`` is half
+        the cost of linting a file.)"""
         nodes: List[ast.AST] = []
-        parents: Dict[ast.AST, ast.AST] = {}
         todo = [self.tree]
-        node_type, skip = ast.AST, _SINGLETONS
+        node_type, known = ast.AST, _CHILD_FIELDS
         while todo:
             node = todo.pop()
             nodes.append(node)
-            for name in node._fields:
+            names = known.get(node.__class__)
+            if names is None:
+                names = _child_fields(node.__class__)
+            for name in names:
                 value = getattr(node, name, None)
+                if value is None:
+                    continue
                 if value.__class__ is list:
                     for item in value:
-                        if isinstance(item, node_type) and not isinstance(item, skip):
-                            parents[item] = node
+                        if isinstance(item, node_type):
                             todo.append(item)
-                elif isinstance(value, node_type) and not isinstance(value, skip):
-                    parents[value] = node
+                elif isinstance(value, node_type):
                     todo.append(value)
         self._nodes = nodes
-        self._parents = parents
         self._calls = sorted(
             (n for n in nodes if isinstance(n, ast.Call)), key=lambda c: (c.lineno, c.col_offset)
         )
+
+    def _index_parents(self) -> None:
+        """Parent links, on first use (many files need none)."""
+        parents: Dict[ast.AST, ast.AST] = {}
+        node_type, known = ast.AST, _CHILD_FIELDS
+        for node in self.nodes:
+            for name in known[node.__class__]:
+                value = getattr(node, name, None)
+                if value is None:
+                    continue
+                if value.__class__ is list:
+                    for item in value:
+                        if isinstance(item, node_type):
+                            parents[item] = node
+                elif isinstance(value, node_type):
+                    parents[value] = node
+        self._parents = parents
 
     @property
     def nodes(self) -> List[ast.AST]:
@@ -88,7 +120,7 @@ class Source:
     @property
     def parents(self) -> Dict[ast.AST, ast.AST]:
         if self._parents is None:
-            self._index()
+            self._index_parents()
         return self._parents  # type: ignore[return-value]
 
     def parent(self, node: ast.AST) -> Optional[ast.AST]:
@@ -175,10 +207,33 @@ class Source:
     def is_call(self, node: ast.AST, names: Iterable[str]) -> bool:
         return isinstance(node, ast.Call) and self.qualname(node.func) in names
 
+    def calls_to(self, names: FrozenSet[str]) -> List[ast.Call]:
+        """The calls whose callee's qualified name is in ``names``, in source
+        order.  A callee's last name (``attr``, or what an imported name stands
+        for) must be one of the names' last parts: most calls are ruled out
+        before their qualified name is built."""
+        tails = _TAILS.get(names)
+        if tails is None:
+            tails = _TAILS[names] = frozenset(n.rpartition(".")[2] for n in names)
+        aliases = self.aliases
+        found = []
+        for call in self.calls:
+            func = call.func
+            if func.__class__ is ast.Attribute:
+                tail = func.attr
+            elif func.__class__ is ast.Name:
+                tail = aliases.get(func.id, func.id).rpartition(".")[2]
+            else:
+                continue
+            if tail in tails and self.qualname(func) in names:
+                found.append(call)
+        return found
+
     def imports_module(self, prefix: str) -> bool:
         return any(q == prefix or q.startswith(prefix + ".") for q in self.aliases.values())
 
 
+_TAILS: Dict[FrozenSet[str], FrozenSet[str]] = {}
 _BUILTINS = frozenset({"print", "open", "len", "isinstance", "range", "enumerate", "zip", "iter", "next"})
 
 
@@ -234,7 +289,11 @@ def uses_distributed(src: Source) -> bool:
 
 def _uses_distributed(src: Source) -> bool:
     """DDP code calls into torch.distributed or builds a DDP / DistributedSampler
-    (importing it is not enough: library modules import it for utilities)."""
+    (importing it is not enough: library modules import it for utilities).
+    Each of those names has "distributed" / "Distributed" in its import: a file
+    without the word cannot call them."""
+    if "istributed" not in src.text:
+        return False
     wanted = N.DDP | N.DISTRIBUTED_SAMPLER
     for call in src.calls:
         name = src.qualname(call.func)

@@ -223,16 +223,18 @@ def _lint_job(job: Tuple[str, bytes, bool]) -> Tuple[str, List[Diagnostic], bool
     return path, found, parsed
 
 
-def _run_jobs(todo, config: LintConfig, rules: List[Rule], workers: int):
-    """(path, findings, parsed) for each job: in a pool of forked processes when
-    there are enough files to pay for it, in this process otherwise."""
-    if workers > 1 and len(todo) >= 64 and hasattr(os, "fork"):
+def _run_jobs(todo: Iterable, count: int, config: LintConfig, rules: List[Rule], workers: int):
+    """(path, findings, parsed) for each of the ``count`` jobs: in a pool of
+    forked processes when there are enough files to pay for it, in this process
+    otherwise.  ``todo`` is consumed lazily: the workers start on the first
+    files while the rest are still being read."""
+    if workers > 1 and count >= 64 and hasattr(os, "fork"):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(config,)) as pool:
-            yield from pool.map(_lint_job, todo, chunksize=max(1, len(todo) // (workers * 8)))
+            yield from pool.map(_lint_job, todo, chunksize=max(1, min(32, count // (workers * 8))))
     else:
         for path, data, use_trigger in todo:
             found, parsed = lint_source(path, data, rules, config, use_trigger)
@@ -252,17 +254,18 @@ def lint_sources(
     seen with the same configuration.  The result is the same either way."""
     rules = selected_rules(config)
     result = LintResult()
-    todo: List[Tuple[str, bytes, bool]] = []
+    pending: List[str] = []
     for path in sources:
         result.files += 1
         cached = cache.get(path, sources) if cache is not None else None
         if cached is not None:
             result.diagnostics.extend(cached)
             continue
-        todo.append((path, sources[path], use_trigger))
-    for done, (path, found, parsed) in enumerate(_run_jobs(todo, config, rules, workers), 1):
+        pending.append(path)
+    todo = ((path, sources[path], use_trigger) for path in pending)
+    for done, (path, found, parsed) in enumerate(_run_jobs(todo, len(pending), config, rules, workers), 1):
         if progress:
-            progress(done, len(todo))
+            progress(done, len(pending))
         result.parsed += int(parsed)
         result.diagnostics.extend(found)
         if cache is not None:

@@ -54,18 +54,19 @@ class DataParallelInUse(Rule):
     TRIGGERS = ("DataParallel", "data_parallel")
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
-        for node in src.nodes:
-            if isinstance(node, ast.Call):
-                name = src.qualname(node.func)
-                if name in N.DATA_PARALLEL:
-                    yield self.diagnostic(src, node)
-                elif name in N.DATA_PARALLEL_FUNCTION:
+        for node in src.calls_to(_ANY_DATA_PARALLEL):
+            if src.qualname(node.func) in N.DATA_PARALLEL:
+                yield self.diagnostic(src, node)
+            else:
+                yield self.diagnostic(
+                    src, node, "functional data_parallel() in use: call a DDP-wrapped module instead"
+                )
+        for node in src.of_type(ast.ClassDef):
+            for base in node.bases:
+                if src.qualname(base) in N.DATA_PARALLEL:
                     yield self.diagnostic(
-                        src, node, "functional data_parallel() in use: call a DDP-wrapped module instead"
+                        src, node, f"class {node.name} subclasses DataParallel: port it to DDP"
                     )
-            elif isinstance(node, ast.ClassDef):
-                for base in node.bases:
-                    if src.qualname(base) in N.DATA_PARALLEL:
-                        yield self.diagnostic(
-                            src, node, f"class {node.name} subclasses DataParallel: port it to DDP"
-                        )
+
+
+_ANY_DATA_PARALLEL = N.DATA_PARALLEL | N.DATA_PARALLEL_FUNCTION
