@@ -128,8 +128,13 @@ class _Ignores:
         return verdict
 
 
-def _is_venv(directory: str) -> bool:
-    return os.path.isfile(os.path.join(directory, "pyvenv.cfg")) or os.path.isdir(os.path.join(directory, "conda-meta"))
+def _is_venv(entries: Sequence[os.DirEntry]) -> bool:
+    """A folder listing with a virtual environment's marker (from the listing
+    itself: no stat per folder)."""
+    for entry in entries:
+        if entry.name == "pyvenv.cfg" and entry.is_file() or entry.name == "conda-meta" and entry.is_dir():
+            return True
+    return False
 
 
 def discover(
@@ -171,15 +176,18 @@ def discover(
 
 
 def _walk(directory: str, root: Path, ignores: _Ignores, extra, skipped, resolved: Optional[str] = None) -> Iterator[Path]:
-    # plain strings and os.scandir: pathlib costs more than the walk itself on
-    # thousands of files
+    # plain strings and os.scandir (whose entries know their type): pathlib and a
+    # stat per folder cost more than the walk itself on thousands of files
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError as exc:
         skipped.append((Path(directory), f"cannot list: {exc.strerror}"))
         return
+    below = resolved is not None  # a folder found by the walk, not one given
+    if below and _is_venv(entries):
+        return
     resolved = resolved if resolved is not None else os.path.realpath(directory)  # once per folder
-    if resolved != str(root):
+    if resolved != str(root) and any(e.name == ".gitignore" for e in entries):
         ignores = ignores.descend(resolved)
     for entry in entries:
         name = entry.name
@@ -196,7 +204,7 @@ def _walk(directory: str, root: Path, ignores: _Ignores, extra, skipped, resolve
                 continue
             continue  # a link inside the tree: its target is reached through the tree itself
         if entry.is_dir(follow_symlinks=False):
-            if name.startswith(".") or name in SKIP_DIRS or _is_venv(entry.path):
+            if name.startswith(".") or name in SKIP_DIRS:
                 continue
             if ignores.ignored(resolved_here, is_dir=True) or _extra_excluded(extra, resolved_here, root, True):
                 continue
