@@ -131,7 +131,7 @@ class SaveOnMainProcess(MainProcessGuard):
         for load in self._loads_in(anchor):
             if id(load) in inside or not load.args or self.position(load)[0] <= start:
                 continue
-            if self.module.code_for_node(load.args[0].value) in paths:
+            if self._file_of(load.args[0].value) in paths:
                 return (
                     "the checkpoint is read back in the same block, before a point every rank "
                     "reaches: save on rank 0, then dist.barrier() where all ranks get, then load"
