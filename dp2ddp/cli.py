@@ -326,6 +326,11 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
     except ConfigError as exc:
         raise click.UsageError(str(exc))
     workers = jobs or os.cpu_count() or 1
+    # lint's ast trees die by reference counting, file by file: the cyclic
+    # collector, run every 700 allocations by default, only re-walks live objects
+    # (a sixth of lint's time).  Run it a hundredth as often -- for lint only:
+    # LibCST's trees do form cycles, and convert's memory would grow with them.
+    gc.set_threshold(100_000, 50, 100)
     diagnostics = []
     files = 0
     fixed_paths: List[str] = []
@@ -346,7 +351,9 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
             (write_errors if why.startswith("cannot") else warnings).append(f"{path}: {why}")
         progress = _progress_bar() if sys.stderr.isatty() and len(sources) >= 200 else None
         try:
-            result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress)
+            result = lint_sources(
+                sources, config, workers=workers, cache=cache, progress=progress, release=not fix
+            )
             if fix:
                 # a fix can open the way to another (DDP001's wrap, then DDP303's
                 # .module): fix again while that helps, a few rounds at most
@@ -371,7 +378,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
         diagnostics += result.diagnostics
         files += result.files
         bad = bad or bool(failing(result.diagnostics, config.fail_on))
-        write_errors += run.write_errors
+        write_errors += run.write_errors + [e for e in result.unreadable if e not in write_errors]
         internal_errors += run.internal_errors
     diagnostics.sort(key=lambda d: d.sort_key)
     safe_codes = sorted({d.code for d in diagnostics if fixable(d, False)})
@@ -479,11 +486,6 @@ def verify(script, script_args, nproc_per_node, nnodes, max_steps, epoch_batches
 
 
 def main() -> None:
-    # The trees of a run are freed by reference counting, file by file; the
-    # cyclic collector, run every 700 allocations by default, only re-walks
-    # live objects -- about a tenth of lint's time.  Run it a hundredth as
-    # often (memory still follows the largest file: measured in benchmarks).
-    gc.set_threshold(100_000, 50, 100)
     cli(prog_name="dp2ddp")
 
 

@@ -48,6 +48,8 @@ class LintResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
     files: int = 0
     parsed: int = 0
+    #: "path: cannot read: why" for files that could not be read when linted
+    unreadable: List[str] = field(default_factory=list)
 
 
 def selected_rules(config: LintConfig) -> List[Rule]:
@@ -223,18 +225,34 @@ def _lint_job(job: Tuple[str, bytes, bool]) -> Tuple[str, List[Diagnostic], bool
     return path, found, parsed
 
 
+def _lint_chunk(jobs: List[Tuple[str, bytes, bool]]) -> List[Tuple[str, List[Diagnostic], bool]]:
+    return [_lint_job(job) for job in jobs]
+
+
 def _run_jobs(todo: Iterable, count: int, config: LintConfig, rules: List[Rule], workers: int):
-    """(path, findings, parsed) for each of the ``count`` jobs: in a pool of
-    forked processes when there are enough files to pay for it, in this process
-    otherwise.  ``todo`` is consumed lazily: the workers start on the first
-    files while the rest are still being read."""
+    """(path, findings, parsed) for each of the ``count`` jobs, in order: in a
+    pool of forked processes when there are enough files to pay for it, in this
+    process otherwise.  ``todo`` is consumed lazily, a few chunks ahead of the
+    workers (``Executor.map`` would read every file first): the workers start on
+    the first files while the rest are still unread, and only the chunks in
+    flight are in memory."""
     if workers > 1 and count >= 64 and hasattr(os, "fork"):
+        import itertools
         import multiprocessing
+        from collections import deque
         from concurrent.futures import ProcessPoolExecutor
 
+        size = max(1, min(32, count // (workers * 8)))
+        jobs = iter(todo)
+        chunks = iter(lambda: list(itertools.islice(jobs, size)), [])
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(config,)) as pool:
-            yield from pool.map(_lint_job, todo, chunksize=max(1, min(32, count // (workers * 8))))
+            flight = deque(pool.submit(_lint_chunk, chunk) for chunk in itertools.islice(chunks, 2 * workers))
+            while flight:
+                done = flight.popleft().result()
+                for chunk in itertools.islice(chunks, 1):
+                    flight.append(pool.submit(_lint_chunk, chunk))
+                yield from done
     else:
         for path, data, use_trigger in todo:
             found, parsed = lint_source(path, data, rules, config, use_trigger)
@@ -248,21 +266,37 @@ def lint_sources(
     workers: int = 1,
     cache: Optional["LintCache"] = None,
     progress: Optional[Callable[[int, int], None]] = None,
+    release: bool = False,
 ) -> LintResult:
     """Lint {path: bytes}.  ``workers`` > 1 parses in a pool of forked processes
     (only worth it for many files); ``cache`` skips files whose content it has
-    seen with the same configuration.  The result is the same either way."""
+    seen with the same configuration.  The result is the same either way.
+    ``release``: drop the bytes of files without findings once they are linted
+    (``sources`` is a ``SourceFiles``; nothing will fix them)."""
     rules = selected_rules(config)
     result = LintResult()
     pending: List[str] = []
     for path in sources:
         result.files += 1
-        cached = cache.get(path, sources) if cache is not None else None
+        try:
+            cached = cache.get(path, sources) if cache is not None else None
+        except OSError:  # gone or unreadable since it was found: reported below
+            cached = None
         if cached is not None:
             result.diagnostics.extend(cached)
             continue
         pending.append(path)
-    todo = ((path, sources[path], use_trigger) for path in pending)
+
+    def read():
+        for path in pending:
+            try:
+                data = sources[path]
+            except OSError as exc:
+                result.unreadable.append(f"{path}: cannot read: {exc.strerror or exc}")
+                continue
+            yield path, data, use_trigger
+
+    todo = read()
     for done, (path, found, parsed) in enumerate(_run_jobs(todo, len(pending), config, rules, workers), 1):
         if progress:
             progress(done, len(pending))
@@ -270,6 +304,8 @@ def lint_sources(
         result.diagnostics.extend(found)
         if cache is not None:
             cache.put(path, sources, found)
+        if release and not found:
+            sources.release(path)  # type: ignore[attr-defined]
     result.diagnostics.sort(key=lambda d: d.sort_key)
     return result
 

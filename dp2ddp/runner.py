@@ -155,8 +155,9 @@ class LintRun:
         self.skipped: List[Tuple[Path, str]] = []
 
     def read(self, cache=None) -> SourceFiles:
-        """The files to lint.  A file the ``cache`` vouches for by its stat is
-        not read now (only if its bytes are needed, e.g. for a fix)."""
+        """The files to lint, each stat-ed now and read when it is linted (so that
+        a run holds one file at a time, not the tree).  A file the ``cache``
+        vouches for by its stat is not read at all (unless a fix needs it)."""
         try:
             files, self.skipped = discover(self.paths, exclude=self.extra_exclude)
         except DiscoveryError as exc:
@@ -178,14 +179,10 @@ class LintRun:
             name = str(path)
             try:
                 key = stat_key(os.stat(name))  # before reading: see LintCache
-                if cache is not None and cache.fresh(name, key):
-                    sources.add(name, None, key)
-                    continue
-                data = path.read_bytes()
             except OSError as exc:
                 self.write_errors.append(f"{path}: cannot read: {exc.strerror or exc}")
                 continue
-            sources.add(name, data, key)
+            sources.add(name, None, key)
         return sources
 
     def fix(self, sources: Dict[str, bytes], diagnostics, unsafe: bool) -> List[str]:

@@ -136,6 +136,37 @@ def test_unreadable_file_is_reported_and_others_converted(tmp_path, monkeypatch)
     assert "DistributedDataParallel(" in good.read_text()
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_lint_reports_a_file_it_cannot_read_and_lints_the_others(tmp_path, monkeypatch, jobs):
+    """Files are read when they are linted (not all at once first): one that
+    cannot be read then, or that vanished after it was found, is an error
+    naming it, and the rest of the run goes on (in-process and with workers)."""
+    from dp2ddp import runner
+
+    for n in range(70):  # enough for the worker pool
+        (tmp_path / f"m{n:02d}.py").write_text(DP)
+    real = Path.read_bytes
+    found = runner.discover
+
+    def read_bytes(self):
+        if self.name == "m03.py":
+            raise PermissionError(13, "Permission denied")
+        return real(self)
+
+    def discover(*args, **kwargs):
+        files, skipped = found(*args, **kwargs)
+        (tmp_path / "m05.py").unlink()  # gone between the walk and the read
+        return files, skipped
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(runner, "discover", discover)
+    result = CliRunner().invoke(cli, ["lint", "--no-cache", "--no-config", "-j", jobs, str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "m03.py: cannot read: Permission denied" in result.stderr
+    assert "m05.py: cannot read" in result.stderr
+    assert sum(f"m{n:02d}.py:" in result.stdout for n in range(70)) == 68
+
+
 def test_file_changed_on_disk_during_the_run_is_not_overwritten(tmp_path, monkeypatch):
     from dp2ddp import runner
 
