@@ -711,11 +711,16 @@ _dotted = P.dotted_name
 
 class _AddImports(AddImportsVisitor):
     """LibCST's ``AddImportsVisitor`` without the deep copy of the module that
-    ``Codemod.transform_module`` makes for metadata: it declares none."""
+    ``Codemod.transform_module`` makes for metadata (it declares none), and
+    without descending into compound statements: it only changes the module's
+    body and the ``from`` imports at its top."""
 
     @contextmanager
     def _handle_metadata_reference(self, module: cst.Module):
         yield module
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return super().on_visit(node) and not isinstance(node, cst.BaseCompoundStatement)
 
 
 def apply_scheduled_imports(context: CodemodContext, tree: cst.Module) -> cst.Module:

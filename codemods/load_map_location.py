@@ -15,6 +15,8 @@ where ``device`` is this process's device (defined in the function if needed).
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from . import _names as N
@@ -25,7 +27,9 @@ class LoadMapLocation(Transform):
     CODE = "DDP304"
     NAME = "load-map-location"
     DESCRIPTION = "Give torch.load a map_location: this process's device."
-    TRIGGERS = ("load",)
+    # torch.load is reached through the word "load" (torch.load, from torch import
+    # load): DataLoader and load_state_dict alone do not trigger the transform
+    TRIGGERS = (re.compile(r"\bload\b"),)
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:

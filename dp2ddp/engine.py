@@ -240,7 +240,7 @@ def _check_compiles(path: str, data: bytes) -> None:
 
 
 def run_transforms(
-    path: str, module: cst.Module, role: FileRole, settings: Settings
+    path: str, module: cst.Module, role: FileRole, settings: Settings, skip: frozenset = frozenset()
 ) -> tuple:
     """Apply every transform that applies to ``role``; return (module, findings).
 
@@ -248,7 +248,8 @@ def run_transforms(
     change anything and is skipped without building its metadata.  Every change
     a transform makes comes with a finding (nothing is converted silently), so a
     transform without "change" or "manual" findings left the code as it was: its
-    output is dropped and the next transform reuses the same metadata."""
+    output is dropped and the next transform reuses the same metadata.
+    ``skip``: transforms the file's ``ast`` facts show have nothing to do."""
     findings: List[Finding] = []
     original_code = module.code
     code = original_code
@@ -256,7 +257,7 @@ def run_transforms(
     # one context for all: the imports they schedule are applied once, at the end
     context = CodemodContext(filename=path)
     for transform_cls in TRANSFORMS:
-        if not transform_cls.applies_to(role):
+        if not transform_cls.applies_to(role) or transform_cls.NAME in skip:
             continue
         triggers = transform_cls.TRIGGERS
         if triggers and not any(
@@ -291,6 +292,15 @@ def run_transforms(
     return module, findings
 
 
+def _nothing_to_do(facts: FileFacts) -> frozenset:
+    """Transforms that cannot change a file, by what its ``ast`` says (cheaper
+    than their LibCST pass, which resolves scopes first): no name that resolves
+    to DataParallel or data_parallel, and no class of its own of that name."""
+    if facts.mentions_data_parallel or facts.local_data_parallel:
+        return frozenset()
+    return frozenset({"data-parallel-to-ddp"})
+
+
 def _not_round_tripped(path: str, data: bytes, again: bytes) -> str:
     """LibCST must give back the file byte for byte before anything is changed
     (it drops, e.g., a form feed before an indented line): otherwise the file is
@@ -309,13 +319,13 @@ def _not_round_tripped(path: str, data: bytes, again: bytes) -> str:
 def _convert_one(job) -> tuple:
     """Convert one file of the program (runs in a worker process with -j):
     returns (path, output, findings, error, internal)."""
-    path, data, role, settings = job
+    path, data, role, settings, skip = job
     try:
         module = _parse(path, data)
     except Exception as exc:  # CPython accepts it, LibCST cannot analyse it
         return path, None, [], syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)"), False
     try:
-        new_module, findings = run_transforms(path, module, role, settings)
+        new_module, findings = run_transforms(path, module, role, settings, skip)
         if not any(f.kind in ("change", "manual") for f in findings):
             # nothing converted and no marker to add (every change comes with a
             # finding): the file's own bytes, whatever LibCST's round trip makes of them
@@ -415,7 +425,7 @@ def convert_sources(
         if not (role.in_program or facts[path].mentions_data_parallel):
             result.skipped = True  # nothing in this file takes part in the conversion
             continue
-        jobs.append((path, result.source, role, settings))
+        jobs.append((path, result.source, role, settings, _nothing_to_do(facts[path])))
     for path, output, findings, error, internal in _map(_convert_one, jobs, workers):
         result = results[path]
         result.output, result.findings, result.error, result.internal = output, findings, error, internal
