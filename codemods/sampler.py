@@ -214,7 +214,7 @@ class DistributedSamplerTransform(Transform):
         else:
             shuffle_code = "False"
         sampler_code = f"{sampler_cls}({dataset_code}, shuffle={shuffle_code})"
-        batch_helper = None if per_process else self._batch_helper()
+        scale_batch = not per_process  # by per_rank_batch_size(), added where it is used
 
         for index, (orig_arg, arg) in enumerate(zip(original.args, updated.args)):
             keyword = orig_arg.keyword.value if orig_arg.keyword is not None else None
@@ -226,14 +226,15 @@ class DistributedSamplerTransform(Transform):
                 new_args.append(_kwarg("sampler", sampler_code, like=arg))
                 sampler_placed = True
                 continue
-            if (keyword == "batch_size" or (positional and index == 1)) and batch_helper:
-                value = cst.parse_expression(f"{batch_helper}({self.module.code_for_node(orig_arg.value)})")
+            if (keyword == "batch_size" or (positional and index == 1)) and scale_batch:
+                batch = self.module.code_for_node(orig_arg.value)
+                value = cst.parse_expression(f"{self._batch_helper()}({batch})")
                 new_args.append(arg.with_changes(value=value))
                 continue
             if orig_arg.star == "**":
                 overrides = []
-                if batch_expr is None and batch_helper:
-                    overrides.append(f'"batch_size": {batch_helper}({star_code}.get("batch_size", 1))')
+                if batch_expr is None and scale_batch:
+                    overrides.append(f'"batch_size": {self._batch_helper()}({star_code}.get("batch_size", 1))')
                 if shuffle_expr is None:
                     overrides.append('"shuffle": False')
                 if not sampler_placed:
