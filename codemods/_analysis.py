@@ -44,7 +44,8 @@ _CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {ast.Constant: ()}
 def _child_fields(cls: type) -> Tuple[str, ...]:
     fields = _CHILD_FIELDS.get(cls)
     if fields is None:
-        fields = _CHILD_FIELDS[cls] = tuple(f for f in cls._fields if f not in _LEAF_FIELDS)
+        leaves = _LEAF_FIELDS - {"name"} if cls.__name__ == "TypeAlias" else _LEAF_FIELDS  # type X = ...
+        fields = _CHILD_FIELDS[cls] = tuple(f for f in cls._fields if f not in leaves)
     return fields
 
 

@@ -11,7 +11,6 @@ Exit codes (one place, like black's ``report.py``):
 from __future__ import annotations
 
 import functools
-import gc
 import os
 import sys
 import traceback
@@ -326,11 +325,6 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
     except ConfigError as exc:
         raise click.UsageError(str(exc))
     workers = jobs or os.cpu_count() or 1
-    # lint's ast trees die by reference counting, file by file: the cyclic
-    # collector, run every 700 allocations by default, only re-walks live objects
-    # (a sixth of lint's time).  Run it a hundredth as often -- for lint only:
-    # LibCST's trees do form cycles, and convert's memory would grow with them.
-    gc.set_threshold(100_000, 50, 100)
     diagnostics = []
     files = 0
     fixed_paths: List[str] = []
@@ -354,6 +348,8 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
             result = lint_sources(
                 sources, config, workers=workers, cache=cache, progress=progress, release=not fix
             )
+            # a file that could not be read is dropped from ``sources``: said once
+            write_errors += result.unreadable
             if fix:
                 # a fix can open the way to another (DDP001's wrap, then DDP303's
                 # .module): fix again while that helps, a few rounds at most
@@ -362,6 +358,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
                     fixed = run.fix(sources, before, unsafe_fixes)
                     if fixed:
                         result = lint_sources(sources, config, workers=workers, cache=cache)
+                        write_errors += result.unreadable
                     drop_failed_fixes(before, result.diagnostics, unsafe_fixes)
                     fixed_paths += [p for p in fixed if p not in fixed_paths]
                     if not fixed or not any(fixable(d, unsafe_fixes) for d in result.diagnostics):
@@ -378,7 +375,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
         diagnostics += result.diagnostics
         files += result.files
         bad = bad or bool(failing(result.diagnostics, config.fail_on))
-        write_errors += run.write_errors + [e for e in result.unreadable if e not in write_errors]
+        write_errors += run.write_errors
         internal_errors += run.internal_errors
     diagnostics.sort(key=lambda d: d.sort_key)
     safe_codes = sorted({d.code for d in diagnostics if fixable(d, False)})

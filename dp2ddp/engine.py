@@ -30,6 +30,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 
 from dp2ddp.codemods import TRANSFORMS
+from dp2ddp.codemods import _names as N
 from dp2ddp.codemods.dp_to_ddp import local_data_parallel_note
 from dp2ddp.codemods._base import FileRole, Finding, Settings, apply_scheduled_imports
 from dp2ddp.codemods._analysis import Source, decode
@@ -292,12 +293,16 @@ def run_transforms(
     return module, findings
 
 
+_DATA_PARALLEL = N.DATA_PARALLEL | N.DATA_PARALLEL_FUNCTION
+
+
 def _nothing_to_do(facts: FileFacts) -> frozenset:
     """Transforms that cannot change a file, by what its ``ast`` says (cheaper
     than their LibCST pass, which resolves scopes first): no name that resolves
-    to DataParallel or data_parallel, and no class of its own of that name."""
-    if facts.mentions_data_parallel or facts.local_data_parallel:
-        return frozenset()
+    to DataParallel or data_parallel, no import of them, and no class of its own
+    of that name."""
+    if facts.mentions_data_parallel or facts.local_data_parallel or facts.imports & _DATA_PARALLEL:
+        return frozenset()  # (an unused import of DataParallel is removed, too)
     return frozenset({"data-parallel-to-ddp"})
 
 

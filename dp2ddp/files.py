@@ -271,6 +271,11 @@ class SourceFiles(Mapping[str, bytes]):
     def is_read(self, path: str) -> bool:
         return self._data[path] is not None
 
+    def discard(self, path: str) -> None:
+        """Take out a file that turned out unreadable (it was reported)."""
+        self._data.pop(path, None)
+        self._stats.pop(path, None)
+
     def release(self, path: str) -> None:
         """Forget the bytes of a file that is done with (read again if asked for):
         a run's memory then follows its largest file, not the size of the tree."""

@@ -10,6 +10,7 @@ on constructs the fixtures lack.
 from __future__ import annotations
 
 import ast
+import sys
 
 import libcst as cst
 import pytest
@@ -67,6 +68,16 @@ def test_lint_index_is_ast_walk(text: str) -> None:
         tree = ast.parse(text)
     except SyntaxError:
         pytest.skip("not valid Python (a DDP900 fixture)")
+    src = Source("f.py", text, tree)
+    nodes, parents = _reference(tree)
+    assert {id(n) for n in src.nodes} == {id(n) for n in nodes}
+    assert {id(k): id(v) for k, v in src.parents.items()} == {id(k): id(v) for k, v in parents.items()}
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="type statements are Python 3.12+")
+def test_lint_index_has_type_alias_names() -> None:
+    text = "type Batch[T] = list[T]\nclass K[T: int]:\n    pass\n"
+    tree = ast.parse(text)
     src = Source("f.py", text, tree)
     nodes, parents = _reference(tree)
     assert {id(n) for n in src.nodes} == {id(n) for n in nodes}

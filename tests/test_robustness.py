@@ -167,6 +167,30 @@ def test_lint_reports_a_file_it_cannot_read_and_lints_the_others(tmp_path, monke
     assert sum(f"m{n:02d}.py:" in result.stdout for n in range(70)) == 68
 
 
+@pytest.mark.parametrize("args", [["--fix"], ["--format", "json"], ["--format", "sarif"]])
+def test_lint_fix_and_reports_go_on_past_an_unreadable_file(tmp_path, monkeypatch, args):
+    """A file that cannot be read when linted is reported once and left out of
+    what follows (the fix, the fix edits of a JSON/SARIF report)."""
+    (tmp_path / "a.py").write_text(DP)
+    (tmp_path / "b.py").write_text(DP)
+    real = Path.read_bytes
+
+    def read_bytes(self):
+        if self.name == "b.py":
+            raise PermissionError(13, "Permission denied")
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    result = CliRunner().invoke(cli, ["lint", "--no-cache", "--no-config", "-j", "1", *args, str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("b.py: cannot read: Permission denied") == 1
+    if args == ["--fix"]:
+        assert "Fixed 1 file" in result.stdout
+        assert "DistributedDataParallel(" in (tmp_path / "a.py").read_text()
+    else:
+        assert "a.py" in result.stdout and "DDP001" in result.stdout
+
+
 def test_file_changed_on_disk_during_the_run_is_not_overwritten(tmp_path, monkeypatch):
     from dp2ddp import runner
 
