@@ -66,9 +66,8 @@ def collect_facts(src: Source) -> FileFacts:
                 facts.imports.add(module)
                 facts.imports.update(f"{module}.{name}" for name in names)
     if "DataParallel" in src.text or "data_parallel" in src.text:
-        dp_names = N.DATA_PARALLEL | N.DATA_PARALLEL_FUNCTION
         facts.mentions_data_parallel = any(
-            isinstance(node, (ast.Name, ast.Attribute)) and src.qualname(node) in dp_names
+            isinstance(node, (ast.Name, ast.Attribute)) and src.qualname(node) in N.ANY_DATA_PARALLEL
             for node in src.nodes
         )
     if "DataParallel" in src.text:

@@ -23,6 +23,8 @@ DATA_PARALLEL_FUNCTION = frozenset(
         "torch.nn.parallel.data_parallel.data_parallel",
     }
 )
+#: the class and the function: what "uses DataParallel" means
+ANY_DATA_PARALLEL = DATA_PARALLEL | DATA_PARALLEL_FUNCTION
 DDP = frozenset(
     {
         "torch.nn.parallel.DistributedDataParallel",

@@ -293,15 +293,12 @@ def run_transforms(
     return module, findings
 
 
-_DATA_PARALLEL = N.DATA_PARALLEL | N.DATA_PARALLEL_FUNCTION
-
-
 def _nothing_to_do(facts: FileFacts) -> frozenset:
     """Transforms that cannot change a file, by what its ``ast`` says (cheaper
     than their LibCST pass, which resolves scopes first): no name that resolves
     to DataParallel or data_parallel, no import of them, and no class of its own
     of that name."""
-    if facts.mentions_data_parallel or facts.local_data_parallel or facts.imports & _DATA_PARALLEL:
+    if facts.mentions_data_parallel or facts.local_data_parallel or facts.imports & N.ANY_DATA_PARALLEL:
         return frozenset()  # (an unused import of DataParallel is removed, too)
     return frozenset({"data-parallel-to-ddp"})
 

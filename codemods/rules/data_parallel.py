@@ -54,7 +54,7 @@ class DataParallelInUse(Rule):
     TRIGGERS = ("DataParallel", "data_parallel")
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
-        for node in src.calls_to(_ANY_DATA_PARALLEL):
+        for node in src.calls_to(N.ANY_DATA_PARALLEL):
             if src.qualname(node.func) in N.DATA_PARALLEL:
                 yield self.diagnostic(src, node)
             else:
@@ -67,6 +67,3 @@ class DataParallelInUse(Rule):
                     yield self.diagnostic(
                         src, node, f"class {node.name} subclasses DataParallel: port it to DDP"
                     )
-
-
-_ANY_DATA_PARALLEL = N.DATA_PARALLEL | N.DATA_PARALLEL_FUNCTION
