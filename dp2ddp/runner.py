@@ -190,8 +190,6 @@ class LintRun:
         from dp2ddp.lint import fix_sources
 
         written = []
-        # what was read, to refuse writing over a file edited since
-        read_digests = {path: digest(data) for path, data in sources.items()}
         for path, file in fix_sources(sources, diagnostics, unsafe, explicit_files(self.paths)).items():
             if file.error is not None:
                 (self.internal_errors if file.internal else self.write_errors).append(file.error)
@@ -199,7 +197,8 @@ class LintRun:
             if not file.changed:
                 continue
             try:
-                write_atomic(Path(path), file.output, expected_digest=read_digests.get(path))
+                # the bytes the fix was made from: a file edited since is not overwritten
+                write_atomic(Path(path), file.output, expected_digest=digest(file.source))
             except (ConcurrentModification, OSError) as exc:
                 self.write_errors.append(str(exc))
                 continue

@@ -191,6 +191,25 @@ def test_lint_fix_and_reports_go_on_past_an_unreadable_file(tmp_path, monkeypatc
         assert "a.py" in result.stdout and "DDP001" in result.stdout
 
 
+def test_lint_fix_does_not_overwrite_a_file_edited_while_it_was_fixed(tmp_path, monkeypatch):
+    from dp2ddp import lint
+
+    path = tmp_path / "train.py"
+    path.write_text(DP)
+    real = lint.fix_sources
+
+    def fix_then_edit(*args, **kwargs):
+        fixed = real(*args, **kwargs)
+        path.write_text(DP + "\n# edited meanwhile\n")
+        return fixed
+
+    monkeypatch.setattr(lint, "fix_sources", fix_then_edit)
+    result = CliRunner().invoke(cli, ["lint", "--no-cache", "--no-config", "--fix", str(path)])
+    assert result.exit_code == 1
+    assert "changed on disk since it was read" in result.stderr
+    assert path.read_text().endswith("# edited meanwhile\n")
+
+
 def test_file_changed_on_disk_during_the_run_is_not_overwritten(tmp_path, monkeypatch):
     from dp2ddp import runner
 
