@@ -122,7 +122,7 @@ class SaveOnMainProcess(MainProcessGuard):
         loss < best: torch.save(..., p); model.load_state_dict(torch.load(p))``):
         a barrier cannot go between them -- the condition may differ between
         ranks -- and without one the other ranks read a file not yet written."""
-        paths = {self._save_path(s) for s in run} - {None}
+        paths = self._run_paths(run)
         anchor = self._anchor(run[0])
         if not paths or anchor is None or anchor is run[0]:
             return None
@@ -139,7 +139,7 @@ class SaveOnMainProcess(MainProcessGuard):
         return None
 
     def after_run(self, run: Sequence[cst.BaseStatement]) -> List[cst.BaseStatement]:
-        paths = {self._save_path(s) for s in run} - {None}
+        paths = self._run_paths(run)
         if not paths & self._paths_loaded():
             return []
         return self._barrier_after(run[0], "other ranks read the file later")
@@ -209,6 +209,10 @@ class SaveOnMainProcess(MainProcessGuard):
 
     def _loads_in(self, scope: cst.CSTNode) -> List[cst.Call]:
         return [c for c in _calls(scope) if self.is_call(c, N.TORCH_LOAD)]
+
+    def _run_paths(self, run: Sequence[cst.BaseStatement]) -> Set[str]:
+        """The files the statements of a guarded run save to."""
+        return {self._save_path(s) for s in run} - {None}
 
     def _save_path(self, stmt: cst.BaseStatement) -> Optional[str]:
         call = single_call(stmt)
