@@ -80,7 +80,7 @@ def main() -> None:
             text = SCRIPT if n % 100 == 0 else f"import torch\n\n\ndef f{n}(x):\n    return torch.relu(x) * {n}\n"
             (folder / f"mod{n}.py").write_text(text)
         for label, target in ((f"one file, {lines} lines", big), (f"{args.files} files", many)):
-            for cmd in (["convert", "--check", "-q"], ["lint", "--no-config", "--exit-zero", "-q"]):
+            for cmd in (["convert", "--check", "-q", "--no-cache"], ["lint", "--no-config", "--exit-zero", "-q", "--no-cache"]):
                 wall, rss, code = run([*cmd, str(target)])
                 print(f"{label:<26} {' '.join(cmd[:2]):<16} {wall:7.1f} s   max RSS {rss:>9}   exit {code}")
 

@@ -1,8 +1,14 @@
-"""A content-hash cache for ``dp2ddp lint`` (like ruff's): an unchanged file is
-not analysed again.  One JSON file per configuration under ``.dp2ddp_cache/``
-in the project (a ``.gitignore`` inside keeps it out of git); ``--no-cache``
-turns it off.  The key covers the dp2ddp version and everything in the
-configuration that changes a file's findings; the entry, the file's content.
+"""Content-hash caches (like ruff's and black's): an unchanged file is not
+analysed again.  One JSON file per configuration under ``.dp2ddp_cache/`` in
+the project (a ``.gitignore`` inside keeps it out of git); ``--no-cache`` or
+``DP2DDP_NO_CACHE=1`` turns them off.  The key covers dp2ddp's version and
+code (see ``code_fingerprint``) and everything in the configuration that
+changes a result; the entry, the file's content.
+
+``LintCache``: a file's findings.  ``ConvertCache``: the conversion of one file
+of a program -- its output, findings or error -- keyed by everything that
+conversion reads: the bytes, the path, the file's role in the program (which
+depends on the other files), the run's settings.
 
 Like git's index, an entry also keeps the file's size and modification time:
 when both are unchanged and the file had not been modified in the two seconds
@@ -18,7 +24,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from dp2ddp import __version__
 from dp2ddp.codemods.rules import Diagnostic
@@ -30,11 +36,64 @@ CACHE_DIR = ".dp2ddp_cache"
 RACY_NS = 2_000_000_000
 
 
+def disabled_by_environment() -> bool:
+    """``DP2DDP_NO_CACHE`` set to anything but "" or "0" (like ``RUFF_NO_CACHE``)."""
+    return os.environ.get("DP2DDP_NO_CACHE", "") not in ("", "0")
+
+
+_FINGERPRINT: Optional[str] = None
+
+
+def code_fingerprint() -> str:
+    """dp2ddp's version and the size and modification time of each of its own
+    source files: results of a checkout edited since (an editable install) are
+    not reused.  A stat per file, no reading."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        import importlib.util
+
+        folders = {Path(__file__).parent}
+        spec = importlib.util.find_spec("dp2ddp.codemods")  # codemods/ in a checkout
+        if spec is not None and spec.origin:
+            folders.add(Path(spec.origin).parent)
+        stats = []
+        for folder in sorted(folders):
+            for top, dirs, names in os.walk(folder):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                for name in sorted(names):
+                    if name.endswith(".py"):
+                        st = os.stat(os.path.join(top, name))
+                        stats.append(f"{os.path.join(top, name)}:{st.st_size}:{st.st_mtime_ns}")
+        material = "\n".join([__version__, *stats])
+        _FINGERPRINT = hashlib.blake2b(material.encode(), digest_size=8).hexdigest()
+    return _FINGERPRINT
+
+
+def _save_json(directory: Path, path: Path, data: dict) -> None:
+    """Write atomically; a cache that cannot be written is only a slower next run."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        ignore = directory / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# created by dp2ddp\n*\n")
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(data, handle)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass
+
+
 class LintCache:
     def __init__(self, root: Path, config) -> None:
         key_material = json.dumps(
             {
                 "version": __version__,
+                "code": code_fingerprint(),
                 "select": config.select,
                 "ignore": config.ignore,
                 "per_file_ignores": config.per_file_ignores,
@@ -97,16 +156,96 @@ class LintCache:
         self.dirty = True
 
     def save(self) -> None:
-        if not self.dirty:
-            return
+        if self.dirty:
+            _save_json(self.directory, self.path, {"version": __version__, "files": self.entries})
+
+
+class ConvertCache:
+    """The conversions of single files (``engine._convert_one``: a pure function of
+    its job), so that ``convert --write`` after a look at the diff, or a
+    ``convert --check`` in CI on an unchanged repository, does not convert again.
+
+    Errors that are bugs in dp2ddp (internal) are never stored.  A path keeps its
+    few latest entries (the file as given and, after ``--write``, its converted
+    text, which the fixed-point check converts again)."""
+
+    PER_PATH = 4
+
+    def __init__(self, root: Path) -> None:
+        from importlib import metadata
+
+        def version(dist: str) -> str:
+            try:
+                return metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                return ""
+
+        # what the conversion runs: dp2ddp's code, LibCST's parser and printer,
+        # black for the long lines it reformats (its version read, not imported)
+        key_material = json.dumps([__version__, code_fingerprint(), version("libcst"), version("black")])
+        key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
+        self.directory = Path(root) / CACHE_DIR
+        self.path = self.directory / f"convert-{key}.json"
+        self.entries: Dict[str, List[dict]] = {}
+        self.dirty = False
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            ignore = self.directory / ".gitignore"
-            if not ignore.exists():
-                ignore.write_text("# created by dp2ddp\n*\n")
-            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"version": __version__, "files": self.entries}, handle)
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # a cache that cannot be written is only a slower next run
+            with open(self.path, encoding="utf-8") as handle:
+                data = json.load(handle)
+            if data.get("version") == __version__:
+                self.entries = data.get("files", {})
+        except (OSError, ValueError):
+            pass
+
+    @staticmethod
+    def job_key(job) -> str:
+        import dataclasses
+
+        path, data, role, settings, skip = job
+        spec = json.dumps(
+            [path, dataclasses.asdict(role), dataclasses.asdict(settings), sorted(skip)], sort_keys=True
+        )
+        h = hashlib.blake2b(spec.encode(), digest_size=16)
+        h.update(b"\0")
+        h.update(data)
+        return h.hexdigest()
+
+    def get(self, job) -> Optional[Tuple]:
+        """``_convert_one``'s result for ``job`` if it was stored, else None."""
+        from dp2ddp.codemods._base import Finding
+
+        key = self.job_key(job)
+        for entry in self.entries.get(os.path.abspath(job[0]), ()):
+            if entry.get("key") == key:
+                try:
+                    output = entry["output"]
+                    findings = [Finding(**{**f, "path": job[0]}) for f in entry["findings"]]
+                    return (
+                        job[0],
+                        output.encode("utf-8", "surrogateescape") if output is not None else None,
+                        findings,
+                        entry["error"],
+                        False,
+                    )
+                except (KeyError, TypeError, AttributeError, UnicodeError):
+                    return None  # an entry in another shape: convert again
+        return None
+
+    def put(self, job, result: Tuple) -> None:
+        path, output, findings, error, internal = result
+        if internal:
+            return
+        entry = {
+            "key": self.job_key(job),
+            # surrogateescape: any bytes (a latin-1 file) survive JSON unchanged
+            "output": output.decode("utf-8", "surrogateescape") if output is not None else None,
+            "findings": [{k: v for k, v in f.to_dict().items() if k != "path"} for f in findings],
+            "error": error,
+        }
+        name = os.path.abspath(path)
+        kept = [e for e in self.entries.get(name, ()) if e.get("key") != entry["key"]]
+        self.entries[name] = [entry, *kept][: self.PER_PATH]
+        self.dirty = True
+
+    def save(self) -> None:
+        if self.dirty:
+            _save_json(self.directory, self.path, {"version": __version__, "files": self.entries})

@@ -79,6 +79,7 @@ def cli() -> None:
 @click.option("--verify", "run_verify", is_flag=True, help="With --write: then run `dp2ddp verify` on each converted entry point.")
 @click.option("--allow-dirty", is_flag=True, help="With --write: also rewrite files that have uncommitted git changes.")
 @click.option("-j", "--jobs", type=click.IntRange(0), default=0, help="Processes (default: all cores).")
+@click.option("--no-cache", is_flag=True, help="Convert every file, even ones converted before with the same content and role.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a migration report to this file.")
 @click.option("--report-format", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
 @click.option("--emit-launch", "launch_dir", type=click.Path(file_okay=False, path_type=Path), help="Write torchrun, multi-node and Slurm launch scripts for each converted entry point into this folder.")
@@ -99,6 +100,7 @@ def convert(
     run_verify: bool,
     allow_dirty: bool,
     jobs: int,
+    no_cache: bool,
     report_path: Optional[Path],
     report_format: str,
     launch_dir: Optional[Path],
@@ -109,6 +111,7 @@ def convert(
     reports whether any would change.
     """
     from dp2ddp import report
+    from dp2ddp.cache import disabled_by_environment
     from dp2ddp.codemods._base import Settings
     from dp2ddp.runner import ConvertRun
 
@@ -129,10 +132,15 @@ def convert(
         raise click.UsageError("--verify runs the converted scripts: add --write")
     mode = "write" if write else "check" if check else None
     settings = Settings(batch_size=batch_size, markers=not no_markers)
+    cache = None
+    if not (no_cache or disabled_by_environment()):
+        from dp2ddp.cache import ConvertCache
+
+        cache = ConvertCache(Path.cwd())
     # the fixed-point check guards writes: a dry run (diff, --check) skips it
     run = ConvertRun(
         paths, settings, exclude=exclude, include=include, workers=jobs or os.cpu_count() or 1,
-        verify=mode == "write",
+        verify=mode == "write", cache=cache,
     )
     try:
         result = run.convert()
@@ -292,8 +300,9 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
     from dp2ddp.lint import LintInternalError, drop_failed_fixes, failing, fix_edits, fixable, lint_sources
     from dp2ddp.runner import ConvertRun, LintRun
 
-    from dp2ddp.cache import LintCache
+    from dp2ddp.cache import LintCache, disabled_by_environment
 
+    no_cache = no_cache or disabled_by_environment()
     paths = list(paths) or [Path(".")]
     known = [r.CODE for r in RULES]
 

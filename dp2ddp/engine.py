@@ -363,13 +363,16 @@ def convert_sources(
     verify: bool = True,
     explicit: Optional[Set[str]] = None,
     workers: int = 1,
+    cache=None,
 ) -> ConvertResult:
     """Convert a whole program given as {path: bytes}.
 
     ``explicit``: the files the user named (not found by walking a folder); None
     means all of them (see ``assign_roles``).  ``verify``: check that every output
     parses and is a fixed point (needed before writing).  ``workers``: processes
-    for the per-file LibCST work."""
+    for the per-file LibCST work.  ``cache``: a ``ConvertCache`` whose stored
+    conversions stand in for converting a file again (the program's roles are
+    always worked out afresh: they are part of each file's key)."""
     results: Dict[str, FileResult] = {}
     facts: Dict[str, FileFacts] = {}
     untouchable: Set[str] = set()  # scripts that do not use torch: never changed
@@ -428,7 +431,7 @@ def convert_sources(
             result.skipped = True  # nothing in this file takes part in the conversion
             continue
         jobs.append((path, result.source, role, settings, _nothing_to_do(facts[path])))
-    for path, output, findings, error, internal in _map(_convert_one, jobs, workers):
+    for path, output, findings, error, internal in _convert_all(jobs, workers, cache):
         result = results[path]
         result.output, result.findings, result.error, result.internal = output, findings, error, internal
     if not any(facts[p].has_data_loader for p, role in roles.items() if role.in_program):
@@ -445,11 +448,27 @@ def convert_sources(
                     )
                 )
     if verify:
-        _verify(results, settings, explicit, workers)
+        _verify(results, settings, explicit, workers, cache)
     return ConvertResult(files=list(results.values()))
 
 
-def _verify(results: Dict[str, FileResult], settings: Settings, explicit=None, workers: int = 1) -> None:
+def _convert_all(jobs: List, workers: int, cache) -> List[tuple]:
+    """``_convert_one`` of every job, from the cache where it has the result."""
+    if cache is None:
+        return _map(_convert_one, jobs, workers)
+    done, todo = [], []
+    for job in jobs:
+        hit = cache.get(job)
+        (done if hit is not None else todo).append(hit if hit is not None else job)
+    for job, result in zip(todo, _map(_convert_one, todo, workers)):
+        cache.put(job, result)
+        done.append(result)
+    return done
+
+
+def _verify(
+    results: Dict[str, FileResult], settings: Settings, explicit=None, workers: int = 1, cache=None
+) -> None:
     """Every output parses, and converting the outputs again changes nothing."""
     outputs = {}
     for path, result in results.items():
@@ -467,7 +486,7 @@ def _verify(results: Dict[str, FileResult], settings: Settings, explicit=None, w
         outputs[path] = result.output
     if not any(r.changed for r in results.values()):
         return
-    again = convert_sources(outputs, settings, verify=False, explicit=explicit, workers=workers)
+    again = convert_sources(outputs, settings, verify=False, explicit=explicit, workers=workers, cache=cache)
     for second in again.files:
         first = results[second.path]
         if first.changed and (second.changed or second.error):

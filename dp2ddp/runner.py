@@ -44,9 +44,12 @@ class ConvertRun:
         include: Sequence[str] = (),
         workers: int = 1,
         verify: bool = True,
+        cache=None,
     ) -> None:
         from dp2ddp.codemods._base import Settings
 
+        #: a ``ConvertCache`` (None: convert every file)
+        self.cache = cache
         self.workers = workers
         self.verify = verify
         self.paths = [Path(p) for p in paths]
@@ -84,8 +87,15 @@ class ConvertRun:
 
         sources = self.read()
         result = convert_sources(
-            sources, self.settings, verify=self.verify, explicit=explicit_files(self.paths), workers=self.workers
+            sources,
+            self.settings,
+            verify=self.verify,
+            explicit=explicit_files(self.paths),
+            workers=self.workers,
+            cache=self.cache,
         )
+        if self.cache is not None:
+            self.cache.save()
         result.files.extend(self.read_errors)
         return result
 

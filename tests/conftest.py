@@ -22,6 +22,13 @@ RANK_LOG = SUPPORT / "rank_log.py"
 UPDATE_GOLDEN = os.environ.get("DP2DDP_UPDATE_GOLDEN") == "1"
 
 
+@pytest.fixture(autouse=True)
+def _no_cache_by_default(monkeypatch):
+    """Tests are hermetic: no run reuses what another stored in a ``.dp2ddp_cache``
+    (the caches' own tests turn them back on)."""
+    monkeypatch.setenv("DP2DDP_NO_CACHE", "1")
+
+
 def script_env(tmp: Path) -> Dict[str, str]:
     env = dict(os.environ)
     env.update(

@@ -244,6 +244,7 @@ def test_a_file_edited_within_the_mtime_tick_is_not_trusted_by_its_stat(tmp_path
 
 
 def test_lint_cache_on_the_command_line(many, monkeypatch):
+    monkeypatch.delenv("DP2DDP_NO_CACHE")
     monkeypatch.chdir(many)
     first = invoke("lint", "--no-config", "--exit-zero", many)
     assert (many / ".dp2ddp_cache" / ".gitignore").read_text().strip().endswith("*")
@@ -251,6 +252,146 @@ def test_lint_cache_on_the_command_line(many, monkeypatch):
     third = invoke("lint", "--no-config", "--exit-zero", "--no-cache", "-j", "1", many)
     assert first.stdout == second.stdout == third.stdout
     assert "DDP302" in first.stdout
+
+
+# ------------------------------------------------------------------ convert cache
+@pytest.fixture
+def program(tmp_path):
+    root = tmp_path / "prog"
+    shutil.copytree(MULTI, root / "multi")
+    (root / "dp").mkdir()
+    shutil.copy(DP, root / "dp" / "train.py")
+    (root / "legacy.py").write_text("import torch\nprint 'python 2'\n")
+    return root
+
+
+@pytest.fixture
+def conversions(monkeypatch):
+    """The paths ``engine._convert_one`` is called for (not answered by a cache)."""
+    from dp2ddp import engine
+
+    calls = []
+    real = engine._convert_one
+    monkeypatch.setattr(engine, "_convert_one", lambda job: calls.append(job[0]) or real(job))
+    return calls
+
+
+def _converted(sources, cache=None, **options):
+    from dp2ddp.engine import convert_sources
+
+    result = convert_sources(sources, cache=cache, **options)
+    return {
+        f.path: (f.output, [x.to_dict() for x in f.findings], f.error, f.internal, f.skipped, f.role)
+        for f in result.files
+    }
+
+
+def test_convert_cache_gives_the_same_results_and_converts_nothing_again(program, conversions):
+    from dp2ddp.cache import ConvertCache
+
+    sources = {str(p): p.read_bytes() for p in sorted(program.rglob("*.py"))}
+    plain = _converted(sources)
+    cache = ConvertCache(program)
+    cold = _converted(sources, cache)
+    cache.save()
+    conversions.clear()
+    warm = _converted(sources, ConvertCache(program))
+    assert conversions == []  # neither the files nor, for the fixed-point check, their outputs
+    assert plain == cold == warm
+    changed = [p for p, r in warm.items() if r[0] is not None and r[0] != sources[p]]
+    assert len(changed) == 4 and all(warm[p][1] for p in changed)
+    assert "cannot parse" in warm[str(program / "legacy.py")][2]
+
+
+def test_convert_cache_is_keyed_by_content_settings_and_role(program, conversions):
+    from dp2ddp.cache import ConvertCache
+    from dp2ddp.codemods._base import Settings
+
+    sources = {str(p): p.read_bytes() for p in sorted(program.rglob("*.py"))}
+    cache = ConvertCache(program)
+    _converted(sources, cache)
+    data, model, train = (str(program / "multi" / n) for n in ("data.py", "model.py", "train.py"))
+
+    edited = {**sources, data: sources[data] + b"\n# edited\n"}
+    conversions.clear()
+    warm = _converted(edited, cache)
+    assert set(conversions) == {data}  # the edited file (and its output), nothing else
+    assert warm == _converted(edited)
+
+    per_process = Settings(batch_size="per-process")
+    conversions.clear()
+    warm = _converted(sources, cache, settings=per_process)
+    assert {data, model, train} <= set(conversions)
+    assert warm == _converted(sources, settings=per_process)
+
+    # without its entry point, the loader's and the model's files are a library:
+    # the converted model.py (checked as a fixed point) has another role, so it
+    # is converted again
+    library = {p: b for p, b in sources.items() if p != train}
+    conversions.clear()
+    warm = _converted(library, cache)
+    assert model in conversions
+    assert warm == _converted(library)
+
+
+def test_convert_cache_keeps_no_internal_error(program, monkeypatch):
+    from dp2ddp import engine
+    from dp2ddp.cache import ConvertCache
+    from dp2ddp.codemods._base import Transform
+
+    class Broken(Transform):
+        NAME = "broken"
+
+        def visit_Module(self, node):
+            raise RuntimeError("boom")
+
+    sources = {str(p): p.read_bytes() for p in sorted((program / "dp").rglob("*.py"))}
+    cache = ConvertCache(program)
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "TRANSFORMS", (Broken,))
+        (broken,) = _converted(sources, cache).values()
+    assert broken[3] and "boom" in broken[2]
+    (fixed,) = _converted(sources, cache).values()
+    assert fixed[2] is None and b"DistributedDataParallel(" in fixed[0]
+
+
+def test_convert_cache_on_the_command_line(program, tmp_path, monkeypatch):
+    monkeypatch.delenv("DP2DDP_NO_CACHE")
+    monkeypatch.chdir(program)
+    runs = [CliRunner().invoke(cli, ["convert", "-j", "1", str(program)]) for _ in range(2)]
+    cache_files = list((program / ".dp2ddp_cache").glob("convert-*.json"))
+    assert len(cache_files) == 1
+    cache_files[0].write_text("{not json")  # a damaged cache is ignored
+    runs.append(CliRunner().invoke(cli, ["convert", "-j", "1", str(program)]))
+    runs.append(CliRunner().invoke(cli, ["convert", "-j", "1", "--no-cache", str(program)]))
+    assert len({(r.exit_code, r.stdout, r.stderr) for r in runs}) == 1
+    assert "DistributedDataParallel(" in runs[0].stdout and runs[0].exit_code == 1  # a parse failure
+    # --write after a look at the diff: from the cache, and the files are converted
+    written = CliRunner().invoke(cli, ["convert", "-j", "1", "--write", "--allow-dirty", str(program)])
+    assert "DistributedDataParallel(" in (program / "multi" / "model.py").read_text()
+    assert "4 files converted" in written.stderr
+    # turned off from the environment: nothing written into the project
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(MULTI, elsewhere)
+    monkeypatch.setenv("DP2DDP_NO_CACHE", "1")
+    monkeypatch.chdir(elsewhere)
+    CliRunner().invoke(cli, ["convert", "-j", "1", str(elsewhere)])
+    assert not (elsewhere / ".dp2ddp_cache").exists()
+
+
+def test_code_fingerprint_follows_dp2ddp_sources(monkeypatch):
+    from dp2ddp import cache
+    from dp2ddp.codemods import _names
+
+    before = cache.code_fingerprint()
+    path = Path(_names.__file__)
+    st = path.stat()
+    try:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        monkeypatch.setattr(cache, "_FINGERPRINT", None)
+        assert cache.code_fingerprint() != before
+    finally:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def test_interactive_refuses_guards_without_the_process_group(tmp_path):
