@@ -722,6 +722,18 @@ class _AddImports(AddImportsVisitor):
     def on_visit(self, node: cst.CSTNode) -> bool:
         return super().on_visit(node) and not isinstance(node, cst.BaseCompoundStatement)
 
+    def visit_Module(self, node: cst.Module) -> None:
+        # LibCST's gatherer walks the whole module to read the imports at its top
+        # (after a docstring or ``__strict__``): hand it the module cut after its
+        # first statement that is not an import -- the same statement objects, so
+        # the imports it records are the ones this visit meets
+        end = 0
+        for index, stmt in enumerate(node.body):
+            end = index + 1
+            if index > 0 and not _is_import(stmt):
+                break
+        super().visit_Module(node.with_changes(body=node.body[:end]))
+
 
 def apply_scheduled_imports(context: CodemodContext, tree: cst.Module) -> cst.Module:
     """Add and remove the imports the transforms scheduled on ``context``."""
