@@ -302,19 +302,33 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class ConcurrentModification(Exception):
+class WriteRefused(Exception):
+    """A file that is not rewritten, for the reason in the message."""
+
+
+class ConcurrentModification(WriteRefused):
     """The file changed on disk between reading and writing."""
+
+
+class ReadOnlyFile(WriteRefused):
+    """The file has no write permission (a vendored copy, a Perforce checkout
+    not opened for edit): replacing it by rename would ignore that."""
 
 
 def write_atomic(path: Path, data: bytes, expected_digest: Optional[str] = None) -> None:
     """Replace ``path`` with ``data`` atomically, keeping its permission bits.
 
     When ``expected_digest`` is given and the file on disk no longer has it, the
-    file is not replaced (someone edited it since it was read).
+    file is not replaced (someone edited it since it was read).  A file without
+    write permission is not replaced either (a rename needs only the folder's,
+    and would make a read-only file silently writable-by-replacement); for root,
+    whom ``access`` lets write anything, that is a file with no write bit at all.
     """
     path = Path(path)
     target = path.resolve()
     st = target.stat()
+    if not st.st_mode & 0o222 or not os.access(target, os.W_OK):
+        raise ReadOnlyFile(f"{path}: read-only file, not rewritten (make it writable to convert it)")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".dp2ddp.tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from dp2ddp.files import ConcurrentModification, DiscoveryError, SourceFiles, digest, discover, stat_key, write_atomic
+from dp2ddp.files import DiscoveryError, SourceFiles, WriteRefused, digest, discover, stat_key, write_atomic
 
 # The engine (LibCST) is imported only by what converts: `dp2ddp lint` must start fast.
 
@@ -131,7 +131,7 @@ class ConvertRun:
         for path, data in outputs.items():
             try:
                 write_atomic(Path(path), data, expected_digest=self._digests.get(path))
-            except (ConcurrentModification, OSError) as exc:
+            except (WriteRefused, OSError) as exc:
                 self.write_errors.append(str(exc))
                 continue
             written.append(path)
@@ -143,7 +143,7 @@ class ConvertRun:
         for file in result.changed:
             try:
                 write_atomic(Path(file.path), file.output, expected_digest=self._digests.get(file.path))
-            except ConcurrentModification as exc:
+            except WriteRefused as exc:
                 self.write_errors.append(str(exc))
                 continue
             except OSError as exc:
@@ -209,7 +209,7 @@ class LintRun:
             try:
                 # the bytes the fix was made from: a file edited since is not overwritten
                 write_atomic(Path(path), file.output, expected_digest=digest(file.source))
-            except (ConcurrentModification, OSError) as exc:
+            except (WriteRefused, OSError) as exc:
                 self.write_errors.append(str(exc))
                 continue
             sources[path] = file.output

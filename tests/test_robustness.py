@@ -102,6 +102,24 @@ def test_permissions_are_kept(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_read_only_files_are_not_replaced(tmp_path):
+    # a rename needs only the folder's permission: the file's own must be asked
+    locked, other = tmp_path / "locked" / "train.py", tmp_path / "other" / "train.py"
+    for path in (locked, other):
+        path.parent.mkdir()
+        path.write_text(DP)
+    locked.chmod(0o444)
+    result = convert("--write", tmp_path)
+    assert result.exit_code == 1
+    assert f"{locked}: read-only file, not rewritten" in result.stderr
+    assert locked.read_text() == DP and (locked.stat().st_mode & 0o777) == 0o444
+    assert "DistributedDataParallel(" in other.read_text()
+    # lint --fix, too
+    fixed = CliRunner().invoke(cli, ["lint", "--no-config", "--fix", str(locked)])
+    assert "read-only file, not rewritten" in fixed.stderr and fixed.exit_code == 1
+    assert locked.read_text() == DP
+
+
 def test_write_failure_leaves_the_file_and_reports_it(tmp_path, monkeypatch):
     import tempfile
 
