@@ -178,6 +178,7 @@ class LintRun:
 
             spec = pathspec.GitIgnoreSpec.from_lines(self.config.exclude)
         sources = SourceFiles()
+        named = explicit_files(self.paths) if spec is not None else set()
         for path in files:
             if spec is not None and self.config.root is not None:
                 try:
@@ -185,6 +186,8 @@ class LintRun:
                 except ValueError:
                     rel = None
                 if rel is not None and spec.match_file(rel):
+                    if str(path) in named:  # (pre-commit names every file: excluded all the same)
+                        self.skipped.append((path, f"excluded by `exclude` in {self.config.source}"))
                     continue
             name = str(path)
             try:

@@ -142,7 +142,13 @@ def test_config_errors_are_usage_errors(project):
 
 def test_config_exclude(project):
     (project / "pyproject.toml").write_text('[tool.dp2ddp]\nexclude = ["train.py"]\n')
-    assert lint(project).exit_code == 0
+    walked = lint(project)
+    assert walked.exit_code == 0 and "train.py" not in walked.output
+    # named on the command line (as pre-commit names every file): excluded all the
+    # same, and said so
+    named = lint(project / "train.py")
+    assert named.exit_code == 0 and "DDP" not in named.stdout
+    assert f"skipped {project / 'train.py'}: excluded by `exclude` in {project / 'pyproject.toml'}" in named.stderr
 
 
 def test_noqa_suppresses_and_unused_noqa_is_reported(tmp_path):
