@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -69,6 +70,33 @@ def code_fingerprint() -> str:
     return _FINGERPRINT
 
 
+def project_root(paths) -> Path:
+    """Where a run on ``paths`` keeps its cache: the nearest folder above the
+    first of them with a ``pyproject.toml`` or a ``.git`` (the project, as ruff
+    finds it), else the current folder."""
+    if paths:
+        start = Path(paths[0]).absolute()
+        folder = start if start.is_dir() else start.parent
+        for candidate in (folder, *folder.parents):
+            if (candidate / "pyproject.toml").is_file() or (candidate / ".git").exists():
+                return candidate
+    return Path.cwd()
+
+
+def _load(path: Path) -> dict:
+    """The ``files`` of a cache file written by this version of dp2ddp; {} when
+    there is none or it is not what ``save`` writes."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != __version__:
+        return {}
+    files = data.get("files")
+    return files if isinstance(files, dict) else {}
+
+
 def _save_json(directory: Path, path: Path, data: dict) -> None:
     """Write atomically; a cache that cannot be written is only a slower next run."""
     try:
@@ -105,15 +133,17 @@ class LintCache:
         key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
         self.directory = Path(root) / CACHE_DIR
         self.path = self.directory / f"lint-{key}.json"
-        self.entries: Dict[str, dict] = {}
+        # entries of another shape (a damaged or foreign file) are ignored
+        self.entries: Dict[str, dict] = {
+            path: entry
+            for path, entry in _load(self.path).items()
+            if isinstance(entry, dict)
+            and isinstance(entry.get("digest"), str)
+            and isinstance(entry.get("hashed_at", 0), (int, float))
+            and isinstance(entry.get("diagnostics"), list)
+            and all(isinstance(d, dict) for d in entry["diagnostics"])
+        }
         self.dirty = False
-        try:
-            with open(self.path, encoding="utf-8") as handle:
-                data = json.load(handle)
-            if data.get("version") == __version__:
-                self.entries = data.get("files", {})
-        except (OSError, ValueError):
-            pass
 
     @staticmethod
     def _digest(data: bytes) -> str:
@@ -143,7 +173,10 @@ class LintCache:
             if key is not None:  # same content, new stat: vouch by stat from now on
                 entry["stat"], entry["hashed_at"] = list(key), time.time_ns()
                 self.dirty = True
-        return [Diagnostic(**{**d, "path": path}) for d in entry["diagnostics"]]
+        try:
+            return [Diagnostic(**{**d, "path": path}) for d in entry["diagnostics"]]
+        except TypeError:  # written by other code (the fingerprint missed it): analyse again
+            return None
 
     def put(self, path: str, sources: Mapping[str, bytes], diagnostics: List[Diagnostic]) -> None:
         key = sources.stat(path) if isinstance(sources, SourceFiles) else None
@@ -182,19 +215,26 @@ class ConvertCache:
 
         # what the conversion runs: dp2ddp's code, LibCST's parser and printer,
         # black for the long lines it reformats (its version read, not imported)
-        key_material = json.dumps([__version__, code_fingerprint(), version("libcst"), version("black")])
+        # and the Python that runs them (one checkout, several environments)
+        key_material = json.dumps(
+            [
+                __version__,
+                code_fingerprint(),
+                version("libcst"),
+                version("black"),
+                sys.implementation.name,
+                list(sys.version_info[:2]),
+            ]
+        )
         key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
         self.directory = Path(root) / CACHE_DIR
         self.path = self.directory / f"convert-{key}.json"
-        self.entries: Dict[str, List[dict]] = {}
+        self.entries: Dict[str, List[dict]] = {
+            path: [e for e in kept if isinstance(e, dict)]
+            for path, kept in _load(self.path).items()
+            if isinstance(kept, list)
+        }
         self.dirty = False
-        try:
-            with open(self.path, encoding="utf-8") as handle:
-                data = json.load(handle)
-            if data.get("version") == __version__:
-                self.entries = data.get("files", {})
-        except (OSError, ValueError):
-            pass
 
     @staticmethod
     def job_key(job) -> str:
@@ -218,14 +258,15 @@ class ConvertCache:
             if entry.get("key") == key:
                 try:
                     output = entry["output"]
+                    if entry.get("same"):
+                        output = job[1]
+                    elif output is not None:
+                        output = output.encode("utf-8", "surrogateescape")
                     findings = [Finding(**{**f, "path": job[0]}) for f in entry["findings"]]
-                    return (
-                        job[0],
-                        output.encode("utf-8", "surrogateescape") if output is not None else None,
-                        findings,
-                        entry["error"],
-                        False,
-                    )
+                    error = entry["error"]
+                    if not (error is None or isinstance(error, str)):
+                        return None
+                    return job[0], output, findings, error, False
                 except (KeyError, TypeError, AttributeError, UnicodeError):
                     return None  # an entry in another shape: convert again
         return None
@@ -234,10 +275,12 @@ class ConvertCache:
         path, output, findings, error, internal = result
         if internal:
             return
+        same = output is not None and output == job[1]
         entry = {
             "key": self.job_key(job),
             # surrogateescape: any bytes (a latin-1 file) survive JSON unchanged
-            "output": output.decode("utf-8", "surrogateescape") if output is not None else None,
+            "output": output.decode("utf-8", "surrogateescape") if output is not None and not same else None,
+            "same": same,  # nothing to change: the file's own bytes
             "findings": [{k: v for k, v in f.to_dict().items() if k != "path"} for f in findings],
             "error": error,
         }
@@ -248,4 +291,6 @@ class ConvertCache:
 
     def save(self) -> None:
         if self.dirty:
-            _save_json(self.directory, self.path, {"version": __version__, "files": self.entries})
+            # files deleted since they were converted are forgotten
+            entries = {path: kept for path, kept in self.entries.items() if os.path.exists(path)}
+            _save_json(self.directory, self.path, {"version": __version__, "files": entries})

@@ -58,7 +58,7 @@ def cli() -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--write", is_flag=True, help="Rewrite the files in place.")
 @click.option("-i", "--interactive", is_flag=True, help="Review each change (y/n/a/q), then write what you accepted.")
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 if a file would change.")
+@click.option("--check", is_flag=True, help="Rewrite no file; exit 1 if one would change.")
 @click.option("--diff", "show_diff", is_flag=True, default=None, help="Print the diff (default unless --write/--check).")
 @click.option(
     "--batch-size",
@@ -134,9 +134,9 @@ def convert(
     settings = Settings(batch_size=batch_size, markers=not no_markers)
     cache = None
     if not (no_cache or disabled_by_environment()):
-        from dp2ddp.cache import ConvertCache
+        from dp2ddp.cache import ConvertCache, project_root
 
-        cache = ConvertCache(Path.cwd())
+        cache = ConvertCache(project_root(paths))
     # the fixed-point check guards writes: a dry run (diff, --check) skips it
     run = ConvertRun(
         paths, settings, exclude=exclude, include=include, workers=jobs or os.cpu_count() or 1,
@@ -281,7 +281,7 @@ def _codes(values) -> tuple:
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="pyproject.toml to use.")
 @click.option("--no-config", is_flag=True, help="Ignore pyproject.toml.")
 @click.option("--exclude", multiple=True, metavar="PATTERN", help="gitignore-style pattern of paths to skip.")
-@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary line, no warnings about skipped paths.")
 @click.option("--no-cache", is_flag=True, help="Analyse every file, even unchanged ones.")
 @click.option("-j", "--jobs", type=click.IntRange(0), default=0, help="Processes (default: all cores, for large runs).")
 @_internal_errors
@@ -403,7 +403,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
         click.echo(formats.sarif(diagnostics), nl=False)
     else:
         click.echo(formats.github(diagnostics), nl=False)
-    for warning in warnings:
+    for warning in [] if quiet else warnings:
         click.echo(f"warning: skipped {warning}", err=True)
     for error in write_errors:
         click.echo(f"error: {error}", err=True)

@@ -320,28 +320,34 @@ def _not_round_tripped(path: str, data: bytes, again: bytes) -> str:
 
 def _convert_one(job) -> tuple:
     """Convert one file of the program (runs in a worker process with -j):
-    returns (path, output, findings, error, internal)."""
+    returns (path, output, findings, error, internal, lasting).  ``lasting``:
+    the result follows from the job alone -- not so when the stack or the memory
+    ran out, which depends on where the conversion ran (a worker, or a deeper
+    stack in-process); such a result is not cached."""
     path, data, role, settings, skip = job
     try:
         module = _parse(path, data)
+    except (RecursionError, MemoryError) as exc:
+        error = syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)")
+        return path, None, [], error, False, False
     except Exception as exc:  # CPython accepts it, LibCST cannot analyse it
-        return path, None, [], syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)"), False
+        return path, None, [], syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)"), False, True
     try:
         new_module, findings = run_transforms(path, module, role, settings, skip)
         if not any(f.kind in ("change", "manual") for f in findings):
             # nothing converted and no marker to add (every change comes with a
             # finding): the file's own bytes, whatever LibCST's round trip makes of them
-            return path, data, findings, None, False
+            return path, data, findings, None, False, True
         if module.bytes != data:
-            return path, None, findings, _not_round_tripped(path, data, module.bytes), False
+            return path, None, findings, _not_round_tripped(path, data, module.bytes), False, True
         new_module = format_changed(module, new_module)
-        return path, new_module.bytes, findings, None, False
+        return path, new_module.bytes, findings, None, False, True
     except InternalError as exc:
-        return path, None, [], str(exc), True
+        return path, None, [], str(exc), True, False
     except RecursionError:
-        return path, None, [], f"{path}:1:1: too deeply nested to convert; left unchanged", False
+        return path, None, [], f"{path}:1:1: too deeply nested to convert; left unchanged", False, False
     except Exception as exc:  # pragma: no cover - defensive
-        return path, None, [], f"{path}: internal error: {exc!r}\n{traceback.format_exc()}", True
+        return path, None, [], f"{path}: internal error: {exc!r}\n{traceback.format_exc()}", True, False
 
 
 def _map(function, jobs: List, workers: int):
@@ -453,16 +459,19 @@ def convert_sources(
 
 
 def _convert_all(jobs: List, workers: int, cache) -> List[tuple]:
-    """``_convert_one`` of every job, from the cache where it has the result."""
+    """(path, output, findings, error, internal) of every job: from the cache
+    where it has the result, else from ``_convert_one`` (and then cached, unless
+    it is an internal error or does not follow from the job alone)."""
     if cache is None:
-        return _map(_convert_one, jobs, workers)
+        return [result[:5] for result in _map(_convert_one, jobs, workers)]
     done, todo = [], []
     for job in jobs:
         hit = cache.get(job)
         (done if hit is not None else todo).append(hit if hit is not None else job)
     for job, result in zip(todo, _map(_convert_one, todo, workers)):
-        cache.put(job, result)
-        done.append(result)
+        if result[5] and not result[4]:
+            cache.put(job, result[:5])
+        done.append(result[:5])
     return done
 
 

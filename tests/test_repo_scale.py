@@ -334,7 +334,10 @@ def test_convert_cache_is_keyed_by_content_settings_and_role(program, conversion
     assert warm == _converted(library)
 
 
-def test_convert_cache_keeps_no_internal_error(program, monkeypatch):
+@pytest.mark.parametrize("failure", [RuntimeError("boom"), RecursionError("deep")])
+def test_convert_cache_keeps_no_internal_error_and_no_stack_overflow(program, monkeypatch, failure):
+    # a bug is not remembered, nor is running out of stack: how deep the stack
+    # already was depends on where the file was converted, not on the file
     from dp2ddp import engine
     from dp2ddp.cache import ConvertCache
     from dp2ddp.codemods._base import Transform
@@ -343,22 +346,47 @@ def test_convert_cache_keeps_no_internal_error(program, monkeypatch):
         NAME = "broken"
 
         def visit_Module(self, node):
-            raise RuntimeError("boom")
+            raise failure
 
     sources = {str(p): p.read_bytes() for p in sorted((program / "dp").rglob("*.py"))}
     cache = ConvertCache(program)
     with monkeypatch.context() as patch:
         patch.setattr(engine, "TRANSFORMS", (Broken,))
         (broken,) = _converted(sources, cache).values()
-    assert broken[3] and "boom" in broken[2]
+    assert broken[2] and ("boom" in broken[2] or "too deeply nested" in broken[2])
+    assert cache.entries == {}
     (fixed,) = _converted(sources, cache).values()
     assert fixed[2] is None and b"DistributedDataParallel(" in fixed[0]
 
 
+@pytest.mark.parametrize(
+    "damaged",
+    ["{not json", "[]", '{"version": "0.1.0", "files": []}', '{"version": "0.1.0", "files": {"/x": {"key": 1}}}',
+     '{"version": "0.1.0", "files": {"/x": [1, {"key": null}], "/y": {"digest": 3, "hashed_at": "now"}}}'],
+)
+def test_a_damaged_cache_file_is_ignored(program, damaged):
+    from dp2ddp.cache import CACHE_DIR, ConvertCache, LintCache
+    from dp2ddp.config import LintConfig
+    from dp2ddp.lint import lint_sources
+
+    sources = {str(p): p.read_bytes() for p in sorted((program / "dp").rglob("*.py"))}
+    for make in (lambda: ConvertCache(program), lambda: LintCache(program, LintConfig())):
+        (program / CACHE_DIR).mkdir(exist_ok=True)
+        make().path.write_text(damaged)
+        cache = make()
+        if isinstance(cache, ConvertCache):
+            (converted,) = _converted(sources, cache).values()
+            assert b"DistributedDataParallel(" in converted[0]
+        else:
+            assert lint_sources(sources, LintConfig(), cache=cache).diagnostics
+
+
 def test_convert_cache_on_the_command_line(program, tmp_path, monkeypatch):
     monkeypatch.delenv("DP2DDP_NO_CACHE")
-    monkeypatch.chdir(program)
+    (program / "pyproject.toml").write_text('[project]\nname = "prog"\n')
+    monkeypatch.chdir(tmp_path)  # the cache goes to the project, not here
     runs = [CliRunner().invoke(cli, ["convert", "-j", "1", str(program)]) for _ in range(2)]
+    assert not (tmp_path / ".dp2ddp_cache").exists()
     cache_files = list((program / ".dp2ddp_cache").glob("convert-*.json"))
     assert len(cache_files) == 1
     cache_files[0].write_text("{not json")  # a damaged cache is ignored
@@ -384,14 +412,23 @@ def test_code_fingerprint_follows_dp2ddp_sources(monkeypatch):
     from dp2ddp.codemods import _names
 
     before = cache.code_fingerprint()
-    path = Path(_names.__file__)
-    st = path.stat()
-    try:
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-        monkeypatch.setattr(cache, "_FINGERPRINT", None)
-        assert cache.code_fingerprint() != before
-    finally:
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    edited = os.path.realpath(_names.__file__)
+    real_stat = os.stat
+
+    class Stat:  # the file as if saved again a second later
+        def __init__(self, st):
+            self.st_size, self.st_mtime_ns = st.st_size, st.st_mtime_ns + 10**9
+
+    def stat(path, *args, **kwargs):
+        st = real_stat(path, *args, **kwargs)
+        return Stat(st) if os.path.realpath(path) == edited else st
+
+    monkeypatch.setattr(cache.os, "stat", stat)
+    monkeypatch.setattr(cache, "_FINGERPRINT", None)
+    assert cache.code_fingerprint() != before
+    monkeypatch.setattr(cache.os, "stat", real_stat)
+    monkeypatch.setattr(cache, "_FINGERPRINT", None)
+    assert cache.code_fingerprint() == before
 
 
 def test_interactive_refuses_guards_without_the_process_group(tmp_path):
