@@ -113,6 +113,7 @@ def convert(
     from dp2ddp import report
     from dp2ddp.cache import disabled_by_environment
     from dp2ddp.codemods._base import Settings
+    from dp2ddp.files import skip_is_error
     from dp2ddp.runner import ConvertRun
 
     if write and check:
@@ -147,7 +148,7 @@ def convert(
     except run.UsageError as exc:
         raise click.UsageError(str(exc))
     for path, why in run.skipped:
-        if why.startswith("cannot"):  # a folder that could not be listed was not converted
+        if skip_is_error(why):  # a folder that could not be listed was not converted
             run.write_errors.append(f"{path}: {why}")
         elif not quiet:
             click.echo(f"warning: skipped {path}: {why}", err=True)
@@ -301,6 +302,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
     from dp2ddp.runner import ConvertRun, LintRun
 
     from dp2ddp.cache import LintCache, disabled_by_environment
+    from dp2ddp.files import skip_is_error
 
     no_cache = no_cache or disabled_by_environment()
     paths = list(paths) or [Path(".")]
@@ -351,7 +353,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
             raise click.UsageError(str(exc))
         for path, why in run.skipped:
             # a folder that cannot be listed is a part of the run that was not checked
-            (write_errors if why.startswith("cannot") else warnings).append(f"{path}: {why}")
+            (write_errors if skip_is_error(why) else warnings).append(f"{path}: {why}")
         progress = _progress_bar() if sys.stderr.isatty() and len(sources) >= 200 else None
         try:
             result = lint_sources(

@@ -35,6 +35,12 @@ SKIP_DIRS = frozenset(
 )
 
 
+def skip_is_error(why: str) -> bool:
+    """A skipped path that leaves part of the run unchecked (a folder that could not
+    be listed: "cannot ..."), as opposed to one skipped on purpose (a warning)."""
+    return why.startswith("cannot")
+
+
 class DiscoveryError(Exception):
     """A path given on the command line that does not exist."""
 
