@@ -8,7 +8,8 @@ changes a result; the entry, the file's content.
 ``LintCache``: a file's findings.  ``ConvertCache``: the conversion of one file
 of a program -- its output, findings or error -- keyed by everything that
 conversion reads: the bytes, the path, the file's role in the program (which
-depends on the other files), the run's settings.
+depends on the other files), the run's settings; and each file's ``ast`` facts
+(keyed by path and bytes), from which the roles are worked out.
 
 Like git's index, an entry also keeps the file's size and modification time:
 when both are unchanged and the file had not been modified in the two seconds
@@ -84,8 +85,8 @@ def project_root(paths) -> Path:
 
 
 def _load(path: Path) -> dict:
-    """The ``files`` of a cache file written by this version of dp2ddp; {} when
-    there is none or it is not what ``save`` writes."""
+    """A cache file written by this version of dp2ddp; {} when there is none or
+    it is not what ``save`` writes."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
@@ -93,8 +94,13 @@ def _load(path: Path) -> dict:
         return {}
     if not isinstance(data, dict) or data.get("version") != __version__:
         return {}
-    files = data.get("files")
-    return files if isinstance(files, dict) else {}
+    return data
+
+
+def _part(data: dict, name: str) -> dict:
+    """``data[name]`` if it is a table, else {}."""
+    part = data.get(name)
+    return part if isinstance(part, dict) else {}
 
 
 def _save_json(directory: Path, path: Path, data: dict) -> None:
@@ -136,7 +142,7 @@ class LintCache:
         # entries of another shape (a damaged or foreign file) are ignored
         self.entries: Dict[str, dict] = {
             path: entry
-            for path, entry in _load(self.path).items()
+            for path, entry in _part(_load(self.path), "files").items()
             if isinstance(entry, dict)
             and isinstance(entry.get("digest"), str)
             and isinstance(entry.get("hashed_at", 0), (int, float))
@@ -229,9 +235,15 @@ class ConvertCache:
         key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
         self.directory = Path(root) / CACHE_DIR
         self.path = self.directory / f"convert-{key}.json"
+        data = _load(self.path)
         self.entries: Dict[str, List[dict]] = {
             path: [e for e in kept if isinstance(e, dict)]
-            for path, kept in _load(self.path).items()
+            for path, kept in _part(data, "files").items()
+            if isinstance(kept, list)
+        }
+        self.facts: Dict[str, List[dict]] = {
+            path: [e for e in kept if isinstance(e, dict)]
+            for path, kept in _part(data, "facts").items()
             if isinstance(kept, list)
         }
         self.dirty = False
@@ -289,8 +301,57 @@ class ConvertCache:
         self.entries[name] = [entry, *kept][: self.PER_PATH]
         self.dirty = True
 
+    # ---------------------------------------------------------------- ast facts
+    # what the engine learns about each file before it can decide the program's
+    # roles (every file that mentions torch is parsed for them, each run)
+    def get_facts(self, path: str, data: bytes) -> Optional[Tuple]:
+        """(path, FileFacts or None, error or None) stored for these bytes, else None."""
+        from dp2ddp.codemods._facts import FileFacts
+
+        digest = self._digest(path, data)
+        kept = self.facts.get(os.path.abspath(path), ())
+        entry = next((e for e in kept if e.get("digest") == digest), None)
+        if entry is None:
+            return None
+        try:
+            stored, error = entry["facts"], entry["error"]
+            if stored is None:
+                return (path, None, error) if isinstance(error, str) else None
+            facts = FileFacts(**stored)
+            facts.imports = set(facts.imports)
+            facts.relative_imports = {tuple(i) for i in facts.relative_imports}
+            facts.local_data_parallel = [tuple(i) for i in facts.local_data_parallel]
+            return path, facts, None
+        except (KeyError, TypeError):
+            return None
+
+    def put_facts(self, path: str, data: bytes, facts, error: Optional[str]) -> None:
+        import dataclasses
+
+        stored = None
+        if facts is not None:
+            stored = dataclasses.asdict(facts)
+            stored["imports"] = sorted(stored["imports"])
+            stored["relative_imports"] = sorted(stored["relative_imports"])
+        entry = {"digest": self._digest(path, data), "facts": stored, "error": error}
+        name = os.path.abspath(path)
+        kept = [e for e in self.facts.get(name, ()) if e.get("digest") != entry["digest"]]
+        # (the file as given and its converted text, as for the conversions)
+        self.facts[name] = [entry, *kept][: self.PER_PATH]
+        self.dirty = True
+
+    @staticmethod
+    def _digest(path: str, data: bytes) -> str:
+        h = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=16)
+        h.update(b"\0")
+        h.update(data)
+        return h.hexdigest()
+
     def save(self) -> None:
         if self.dirty:
             # files deleted since they were converted are forgotten
             entries = {path: kept for path, kept in self.entries.items() if os.path.exists(path)}
-            _save_json(self.directory, self.path, {"version": __version__, "files": entries})
+            facts = {path: entry for path, entry in self.facts.items() if os.path.exists(path)}
+            _save_json(
+                self.directory, self.path, {"version": __version__, "files": entries, "facts": facts}
+            )

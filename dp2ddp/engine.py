@@ -382,22 +382,19 @@ def convert_sources(
     results: Dict[str, FileResult] = {}
     facts: Dict[str, FileFacts] = {}
     untouchable: Set[str] = set()  # scripts that do not use torch: never changed
+    candidates = []
     for path, data in sources.items():
         result = FileResult(path=path, source=data)
         results[path] = result
-        if not may_matter(data):
+        if may_matter(data):
+            candidates.append((path, data))
+        else:
             result.skipped = True
+    for path, file_facts, error in _all_facts(candidates, workers, cache):
+        result = results[path]
+        if error is not None:
+            result.error = error
             continue
-        try:
-            text = decode(data)
-            tree = ast.parse(data, filename=path)
-        except (SyntaxError, UnicodeDecodeError, ValueError, LookupError) as exc:
-            result.error = syntax_error(path, exc)
-            continue
-        except (RecursionError, MemoryError):
-            result.error = f"{path}:1:1: cannot parse: nested too deeply"
-            continue
-        file_facts = collect_facts(Source(path, text, tree))
         if not file_facts.uses_torch and file_facts.has_main_guard:
             facts[path] = file_facts  # a possible entry point (never changed: see below)
             untouchable.add(path)
@@ -456,6 +453,45 @@ def convert_sources(
     if verify:
         _verify(results, settings, explicit, workers, cache)
     return ConvertResult(files=list(results.values()))
+
+
+def _facts_one(item) -> tuple:
+    """(path, facts, error, lasting) of one file from its ``ast`` (runs in a worker
+    process with -j); ``lasting`` as in ``_convert_one``."""
+    path, data = item
+    try:
+        text = decode(data)
+        tree = ast.parse(data, filename=path)
+    except (SyntaxError, UnicodeDecodeError, ValueError, LookupError) as exc:
+        return path, None, syntax_error(path, exc), True
+    except (RecursionError, MemoryError):
+        return path, None, f"{path}:1:1: cannot parse: nested too deeply", False
+    return path, collect_facts(Source(path, text, tree)), None, True
+
+
+#: files below which the ``ast`` facts are not worth a process pool
+_PARALLEL_FACTS = 200
+
+
+def _all_facts(items: List, workers: int, cache) -> List[tuple]:
+    """(path, facts, error) of every (path, bytes), in their order, from the cache
+    where it has them."""
+    todo = items
+    done: Dict[str, tuple] = {}
+    if cache is not None:
+        todo = []
+        for item in items:
+            hit = cache.get_facts(*item)
+            if hit is None:
+                todo.append(item)
+            else:
+                done[item[0]] = hit
+    computed = _map(_facts_one, todo, workers if len(todo) >= _PARALLEL_FACTS else 1)
+    for (path, data), (_, file_facts, error, lasting) in zip(todo, computed):
+        if cache is not None and lasting:
+            cache.put_facts(path, data, file_facts, error)
+        done[path] = (path, file_facts, error)
+    return [done[path] for path, _ in items]
 
 
 def _convert_all(jobs: List, workers: int, cache) -> List[tuple]:

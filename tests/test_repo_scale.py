@@ -286,7 +286,19 @@ def _converted(sources, cache=None, **options):
     }
 
 
-def test_convert_cache_gives_the_same_results_and_converts_nothing_again(program, conversions):
+def test_convert_results_identical_with_workers(program, monkeypatch):
+    # the ast facts go to the process pool too (from 200 files on: here from 1)
+    from dp2ddp import engine
+
+    monkeypatch.setattr(engine, "_PARALLEL_FACTS", 1)
+    sources = {str(p): p.read_bytes() for p in sorted(program.rglob("*.py"))}
+    serial = _converted(sources, verify=False, workers=1)
+    assert serial == _converted(sources, verify=False, workers=2)
+    assert sum(r[0] is not None and r[0] != sources[p] for p, r in serial.items()) == 4
+
+
+def test_convert_cache_gives_the_same_results_and_converts_nothing_again(program, conversions, monkeypatch):
+    from dp2ddp import engine
     from dp2ddp.cache import ConvertCache
 
     sources = {str(p): p.read_bytes() for p in sorted(program.rglob("*.py"))}
@@ -295,8 +307,12 @@ def test_convert_cache_gives_the_same_results_and_converts_nothing_again(program
     cold = _converted(sources, cache)
     cache.save()
     conversions.clear()
+    parsed = []
+    real_facts = engine._facts_one
+    monkeypatch.setattr(engine, "_facts_one", lambda item: parsed.append(item[0]) or real_facts(item))
     warm = _converted(sources, ConvertCache(program))
     assert conversions == []  # neither the files nor, for the fixed-point check, their outputs
+    assert parsed == []  # nor the ast facts of the files and of their outputs
     assert plain == cold == warm
     changed = [p for p, r in warm.items() if r[0] is not None and r[0] != sources[p]]
     assert len(changed) == 4 and all(warm[p][1] for p in changed)
@@ -362,7 +378,10 @@ def test_convert_cache_keeps_no_internal_error_and_no_stack_overflow(program, mo
 @pytest.mark.parametrize(
     "damaged",
     ["{not json", "[]", '{"version": "0.1.0", "files": []}', '{"version": "0.1.0", "files": {"/x": {"key": 1}}}',
-     '{"version": "0.1.0", "files": {"/x": [1, {"key": null}], "/y": {"digest": 3, "hashed_at": "now"}}}'],
+     '{"version": "0.1.0", "files": {"/x": [1, {"key": null}], "/y": {"digest": 3, "hashed_at": "now"}}}',
+     '{"version": "0.1.0", "facts": {PATH: {"digest": null, "facts": 3}}}',
+     '{"version": "0.1.0", "facts": {PATH: [1, {"digest": null, "facts": 3}]}}',
+     '{"version": "0.1.0", "files": {PATH: [{"key": KEY, "output": 5}]}, "facts": {PATH: [{"digest": DIGEST, "facts": 3, "error": null}]}}'],
 )
 def test_a_damaged_cache_file_is_ignored(program, damaged):
     from dp2ddp.cache import CACHE_DIR, ConvertCache, LintCache
@@ -370,6 +389,21 @@ def test_a_damaged_cache_file_is_ignored(program, damaged):
     from dp2ddp.lint import lint_sources
 
     sources = {str(p): p.read_bytes() for p in sorted((program / "dp").rglob("*.py"))}
+    ((path, data),) = sources.items()
+    # entries for the very file converted, of the wrong shape
+    damaged = damaged.replace("PATH", json.dumps(os.path.abspath(path)))
+    damaged = damaged.replace("DIGEST", json.dumps(ConvertCache._digest(path, data)))
+    if "KEY" in damaged:
+        from dp2ddp.engine import convert_sources
+
+        keys = []
+        real_get = ConvertCache.get
+        ConvertCache.get = lambda self, job: keys.append(self.job_key(job)) or real_get(self, job)
+        try:
+            convert_sources(sources, verify=False, cache=ConvertCache(program / "elsewhere"))
+        finally:
+            ConvertCache.get = real_get
+        damaged = damaged.replace("KEY", json.dumps(keys[0]))
     for make in (lambda: ConvertCache(program), lambda: LintCache(program, LintConfig())):
         (program / CACHE_DIR).mkdir(exist_ok=True)
         make().path.write_text(damaged)
