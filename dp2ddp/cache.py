@@ -119,6 +119,27 @@ def _save_json(directory: Path, path: Path, data: dict) -> None:
             os.unlink(tmp)
             raise
     except OSError:
+        return
+    _forget_stale(directory)
+
+
+#: a cache file not written for this long belongs to an older dp2ddp or checkout
+STALE_SECONDS = 30 * 24 * 3600
+
+
+def _forget_stale(directory: Path) -> None:
+    """Remove the cache files no run has written for ``STALE_SECONDS`` (those of
+    other keys: earlier versions, edited checkouts, old configurations), so that
+    the folder does not grow with every upgrade."""
+    cutoff = time.time() - STALE_SECONDS
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if (name.startswith(("lint-", "convert-")) and name.endswith(".json")) or name.endswith(".tmp"):
+                    if entry.stat().st_mtime < cutoff:
+                        os.unlink(entry.path)
+    except OSError:
         pass
 
 

@@ -441,6 +441,26 @@ def test_convert_cache_on_the_command_line(program, tmp_path, monkeypatch):
     assert not (elsewhere / ".dp2ddp_cache").exists()
 
 
+def test_stale_cache_files_are_removed_when_a_cache_is_saved(program):
+    import time
+
+    from dp2ddp.cache import CACHE_DIR, STALE_SECONDS, ConvertCache
+
+    folder = program / CACHE_DIR
+    folder.mkdir()
+    month_ago = time.time() - STALE_SECONDS - 60
+    old, recent, mine = folder / "lint-0ld.json", folder / "convert-other.json", folder / "notes.json"
+    for path in (old, recent, mine):
+        path.write_text("{}")
+    os.utime(old, (month_ago, month_ago))
+    os.utime(mine, (month_ago, month_ago))  # not a cache file of ours: kept
+    cache = ConvertCache(program)
+    sources = {str(p): p.read_bytes() for p in sorted((program / "dp").rglob("*.py"))}
+    _converted(sources, cache, verify=False)
+    cache.save()
+    assert not old.exists() and recent.exists() and mine.exists() and cache.path.exists()
+
+
 def test_code_fingerprint_follows_dp2ddp_sources(monkeypatch):
     from dp2ddp import cache
     from dp2ddp.codemods import _names
