@@ -103,6 +103,15 @@ def _part(data: dict, name: str) -> dict:
     return part if isinstance(part, dict) else {}
 
 
+def _table(data: dict, name: str) -> Dict[str, List[dict]]:
+    """``data[name]`` as {path: [entry, ...]}, without what has another shape."""
+    return {
+        path: [e for e in kept if isinstance(e, dict)]
+        for path, kept in _part(data, name).items()
+        if isinstance(kept, list)
+    }
+
+
 def _save_json(directory: Path, path: Path, data: dict) -> None:
     """Write atomically; a cache that cannot be written is only a slower next run."""
     try:
@@ -257,52 +266,61 @@ class ConvertCache:
         self.directory = Path(root) / CACHE_DIR
         self.path = self.directory / f"convert-{key}.json"
         data = _load(self.path)
-        self.entries: Dict[str, List[dict]] = {
-            path: [e for e in kept if isinstance(e, dict)]
-            for path, kept in _part(data, "files").items()
-            if isinstance(kept, list)
-        }
-        self.facts: Dict[str, List[dict]] = {
-            path: [e for e in kept if isinstance(e, dict)]
-            for path, kept in _part(data, "facts").items()
-            if isinstance(kept, list)
-        }
+        #: {absolute path: its latest entries, each with its "key"}, for the
+        #: conversions and for the ``ast`` facts
+        self.entries: Dict[str, List[dict]] = _table(data, "files")
+        self.facts: Dict[str, List[dict]] = _table(data, "facts")
         self.dirty = False
 
     @staticmethod
-    def job_key(job) -> str:
+    def _key(spec: str, data: bytes) -> str:
+        h = hashlib.blake2b(spec.encode("utf-8", "surrogateescape"), digest_size=16)
+        h.update(b"\0")
+        h.update(data)
+        return h.hexdigest()
+
+    @classmethod
+    def job_key(cls, job) -> str:
         import dataclasses
 
         path, data, role, settings, skip = job
         spec = json.dumps(
             [path, dataclasses.asdict(role), dataclasses.asdict(settings), sorted(skip)], sort_keys=True
         )
-        h = hashlib.blake2b(spec.encode(), digest_size=16)
-        h.update(b"\0")
-        h.update(data)
-        return h.hexdigest()
+        return cls._key(spec, data)
 
+    @staticmethod
+    def _find(table: Dict[str, List[dict]], path: str, key: str) -> Optional[dict]:
+        return next((e for e in table.get(os.path.abspath(path), ()) if e.get("key") == key), None)
+
+    def _remember(self, table: Dict[str, List[dict]], path: str, entry: dict) -> None:
+        """Keep ``entry`` first among the path's ``PER_PATH`` latest."""
+        name = os.path.abspath(path)
+        kept = [e for e in table.get(name, ()) if e.get("key") != entry["key"]]
+        table[name] = [entry, *kept][: self.PER_PATH]
+        self.dirty = True
+
+    # ---------------------------------------------------------------- conversions
     def get(self, job) -> Optional[Tuple]:
         """``_convert_one``'s result for ``job`` if it was stored, else None."""
         from dp2ddp.codemods._base import Finding
 
-        key = self.job_key(job)
-        for entry in self.entries.get(os.path.abspath(job[0]), ()):
-            if entry.get("key") == key:
-                try:
-                    output = entry["output"]
-                    if entry.get("same"):
-                        output = job[1]
-                    elif output is not None:
-                        output = output.encode("utf-8", "surrogateescape")
-                    findings = [Finding(**{**f, "path": job[0]}) for f in entry["findings"]]
-                    error = entry["error"]
-                    if not (error is None or isinstance(error, str)):
-                        return None
-                    return job[0], output, findings, error, False
-                except (KeyError, TypeError, AttributeError, UnicodeError):
-                    return None  # an entry in another shape: convert again
-        return None
+        entry = self._find(self.entries, job[0], self.job_key(job))
+        if entry is None:
+            return None
+        try:
+            output = entry["output"]
+            if entry.get("same"):
+                output = job[1]
+            elif output is not None:
+                output = output.encode("utf-8", "surrogateescape")
+            findings = [Finding(**{**f, "path": job[0]}) for f in entry["findings"]]
+            error = entry["error"]
+            if not (error is None or isinstance(error, str)):
+                return None
+            return job[0], output, findings, error, False
+        except (KeyError, TypeError, AttributeError, UnicodeError):
+            return None  # an entry in another shape: convert again
 
     def put(self, job, result: Tuple) -> None:
         path, output, findings, error, internal = result
@@ -317,21 +335,17 @@ class ConvertCache:
             "findings": [{k: v for k, v in f.to_dict().items() if k != "path"} for f in findings],
             "error": error,
         }
-        name = os.path.abspath(path)
-        kept = [e for e in self.entries.get(name, ()) if e.get("key") != entry["key"]]
-        self.entries[name] = [entry, *kept][: self.PER_PATH]
-        self.dirty = True
+        self._remember(self.entries, path, entry)
 
     # ---------------------------------------------------------------- ast facts
     # what the engine learns about each file before it can decide the program's
     # roles (every file that mentions torch is parsed for them, each run)
-    def get_facts(self, path: str, data: bytes) -> Optional[Tuple]:
-        """(path, FileFacts or None, error or None) stored for these bytes, else None."""
+    def get_facts(self, item: Tuple[str, bytes]) -> Optional[Tuple]:
+        """(path, FileFacts or None, error or None) stored for (path, bytes), else None."""
         from dp2ddp.codemods._facts import FileFacts
 
-        digest = self._digest(path, data)
-        kept = self.facts.get(os.path.abspath(path), ())
-        entry = next((e for e in kept if e.get("digest") == digest), None)
+        path, data = item
+        entry = self._find(self.facts, path, self._key(path, data))
         if entry is None:
             return None
         try:
@@ -346,33 +360,23 @@ class ConvertCache:
         except (KeyError, TypeError):
             return None
 
-    def put_facts(self, path: str, data: bytes, facts, error: Optional[str]) -> None:
+    def put_facts(self, item: Tuple[str, bytes], result: Tuple) -> None:
         import dataclasses
 
+        path, data = item
+        _, facts, error = result
         stored = None
         if facts is not None:
             stored = dataclasses.asdict(facts)
             stored["imports"] = sorted(stored["imports"])
             stored["relative_imports"] = sorted(stored["relative_imports"])
-        entry = {"digest": self._digest(path, data), "facts": stored, "error": error}
-        name = os.path.abspath(path)
-        kept = [e for e in self.facts.get(name, ()) if e.get("digest") != entry["digest"]]
-        # (the file as given and its converted text, as for the conversions)
-        self.facts[name] = [entry, *kept][: self.PER_PATH]
-        self.dirty = True
-
-    @staticmethod
-    def _digest(path: str, data: bytes) -> str:
-        h = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=16)
-        h.update(b"\0")
-        h.update(data)
-        return h.hexdigest()
+        self._remember(self.facts, path, {"key": self._key(path, data), "facts": stored, "error": error})
 
     def save(self) -> None:
         if self.dirty:
             # files deleted since they were converted are forgotten
             entries = {path: kept for path, kept in self.entries.items() if os.path.exists(path)}
-            facts = {path: entry for path, entry in self.facts.items() if os.path.exists(path)}
+            facts = {path: kept for path, kept in self.facts.items() if os.path.exists(path)}
             _save_json(
                 self.directory, self.path, {"version": __version__, "files": entries, "facts": facts}
             )

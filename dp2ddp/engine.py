@@ -390,7 +390,9 @@ def convert_sources(
             candidates.append((path, data))
         else:
             result.skipped = True
-    for path, file_facts, error in _all_facts(candidates, workers, cache):
+    for path, file_facts, error in _map_cached(
+        _facts_one, candidates, workers, cache and cache.get_facts, cache and cache.put_facts, _PARALLEL_FACTS
+    ):
         result = results[path]
         if error is not None:
             result.error = error
@@ -434,7 +436,9 @@ def convert_sources(
             result.skipped = True  # nothing in this file takes part in the conversion
             continue
         jobs.append((path, result.source, role, settings, _nothing_to_do(facts[path])))
-    for path, output, findings, error, internal in _convert_all(jobs, workers, cache):
+    for path, output, findings, error, internal in _map_cached(
+        _convert_one, jobs, workers, cache and cache.get, cache and cache.put
+    ):
         result = results[path]
         result.output, result.findings, result.error, result.internal = output, findings, error, internal
     if not any(facts[p].has_data_loader for p, role in roles.items() if role.in_program):
@@ -473,42 +477,22 @@ def _facts_one(item) -> tuple:
 _PARALLEL_FACTS = 200
 
 
-def _all_facts(items: List, workers: int, cache) -> List[tuple]:
-    """(path, facts, error) of every (path, bytes), in their order, from the cache
-    where it has them."""
-    todo = items
-    done: Dict[str, tuple] = {}
-    if cache is not None:
-        todo = []
-        for item in items:
-            hit = cache.get_facts(*item)
-            if hit is None:
-                todo.append(item)
-            else:
-                done[item[0]] = hit
-    computed = _map(_facts_one, todo, workers if len(todo) >= _PARALLEL_FACTS else 1)
-    for (path, data), (_, file_facts, error, lasting) in zip(todo, computed):
-        if cache is not None and lasting:
-            cache.put_facts(path, data, file_facts, error)
-        done[path] = (path, file_facts, error)
-    return [done[path] for path, _ in items]
-
-
-def _convert_all(jobs: List, workers: int, cache) -> List[tuple]:
-    """(path, output, findings, error, internal) of every job: from the cache
-    where it has the result, else from ``_convert_one`` (and then cached, unless
-    it is an internal error or does not follow from the job alone)."""
-    if cache is None:
-        return [result[:5] for result in _map(_convert_one, jobs, workers)]
-    done, todo = [], []
-    for job in jobs:
-        hit = cache.get(job)
-        (done if hit is not None else todo).append(hit if hit is not None else job)
-    for job, result in zip(todo, _map(_convert_one, todo, workers)):
-        if result[5] and not result[4]:
-            cache.put(job, result[:5])
-        done.append(result[:5])
-    return done
+def _map_cached(function, items: List, workers: int, get=None, put=None, min_parallel: int = 0) -> List[tuple]:
+    """``function(item)`` for every item, in order, less its last field
+    (``lasting``): from ``get(item)`` where a cache has it (None: not there),
+    else computed in the pool (``_map``, from ``min_parallel`` items on) and kept
+    with ``put(item, result)`` when ``lasting`` says it follows from the item
+    alone (not a bug in dp2ddp, not a stack that ran out)."""
+    results = [get(item) if get is not None else None for item in items]
+    todo = [item for item, hit in zip(items, results) if hit is None]
+    computed = iter(_map(function, todo, workers if len(todo) >= min_parallel else 1))
+    for index, hit in enumerate(results):
+        if hit is None:
+            *result, lasting = next(computed)
+            if lasting and put is not None:
+                put(items[index], tuple(result))
+            results[index] = tuple(result)
+    return results
 
 
 def _verify(

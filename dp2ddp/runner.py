@@ -27,6 +27,20 @@ def _git_toplevel(folder: Path):
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
+def _write(path: str, data: bytes, expected_digest, errors: List[str]) -> bool:
+    """``write_atomic``; a refusal (edited since it was read, read-only) or an
+    OS error goes into ``errors``, naming the file.  True when written."""
+    try:
+        write_atomic(Path(path), data, expected_digest=expected_digest)
+    except WriteRefused as exc:
+        errors.append(str(exc))
+        return False
+    except OSError as exc:
+        errors.append(f"{path}: cannot write: {exc.strerror or exc}")
+        return False
+    return True
+
+
 def explicit_files(paths: Sequence[Path]) -> set:
     """The files named on the command line (not found by walking a folder)."""
     return {str(p) for p in paths if Path(p).is_file()}
@@ -127,30 +141,19 @@ class ConvertRun:
 
     def write_outputs(self, outputs: Dict[str, bytes]) -> List[str]:
         """Write {path: bytes} atomically (the --interactive selection)."""
-        written = []
-        for path, data in outputs.items():
-            try:
-                write_atomic(Path(path), data, expected_digest=self._digests.get(path))
-            except (WriteRefused, OSError) as exc:
-                self.write_errors.append(str(exc))
-                continue
-            written.append(path)
-        return written
+        return [
+            path
+            for path, data in outputs.items()
+            if _write(path, data, self._digests.get(path), self.write_errors)
+        ]
 
     def write(self, result) -> list:
         """Write every converted file atomically; returns those written."""
-        written = []
-        for file in result.changed:
-            try:
-                write_atomic(Path(file.path), file.output, expected_digest=self._digests.get(file.path))
-            except WriteRefused as exc:
-                self.write_errors.append(str(exc))
-                continue
-            except OSError as exc:
-                self.write_errors.append(f"{file.path}: cannot write: {exc.strerror or exc}")
-                continue
-            written.append(file)
-        return written
+        return [
+            file
+            for file in result.changed
+            if _write(file.path, file.output, self._digests.get(file.path), self.write_errors)
+        ]
 
 
 class LintRun:
@@ -209,11 +212,8 @@ class LintRun:
                 continue
             if not file.changed:
                 continue
-            try:
-                # the bytes the fix was made from: a file edited since is not overwritten
-                write_atomic(Path(path), file.output, expected_digest=digest(file.source))
-            except (WriteRefused, OSError) as exc:
-                self.write_errors.append(str(exc))
+            # the bytes the fix was made from: a file edited since is not overwritten
+            if not _write(path, file.output, digest(file.source), self.write_errors):
                 continue
             sources[path] = file.output
             written.append(path)

@@ -381,7 +381,7 @@ def test_convert_cache_keeps_no_internal_error_and_no_stack_overflow(program, mo
      '{"version": "0.1.0", "files": {"/x": [1, {"key": null}], "/y": {"digest": 3, "hashed_at": "now"}}}',
      '{"version": "0.1.0", "facts": {PATH: {"digest": null, "facts": 3}}}',
      '{"version": "0.1.0", "facts": {PATH: [1, {"digest": null, "facts": 3}]}}',
-     '{"version": "0.1.0", "files": {PATH: [{"key": KEY, "output": 5}]}, "facts": {PATH: [{"digest": DIGEST, "facts": 3, "error": null}]}}'],
+     '{"version": "0.1.0", "files": {PATH: [{"key": KEY, "output": 5}]}, "facts": {PATH: [{"key": FACTS_KEY, "facts": 3, "error": null}]}}'],
 )
 def test_a_damaged_cache_file_is_ignored(program, damaged):
     from dp2ddp.cache import CACHE_DIR, ConvertCache, LintCache
@@ -392,7 +392,7 @@ def test_a_damaged_cache_file_is_ignored(program, damaged):
     ((path, data),) = sources.items()
     # entries for the very file converted, of the wrong shape
     damaged = damaged.replace("PATH", json.dumps(os.path.abspath(path)))
-    damaged = damaged.replace("DIGEST", json.dumps(ConvertCache._digest(path, data)))
+    damaged = damaged.replace("FACTS_KEY", json.dumps(ConvertCache._key(path, data)))
     if "KEY" in damaged:
         from dp2ddp.engine import convert_sources
 
