@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import ClassVar, Dict, Iterable, List, Optional, Sequence, Set, Union
 
 import libcst as cst
@@ -38,56 +37,9 @@ from libcst.metadata import (
 )
 
 from . import _patterns as P
+from ._model import FileRole, Finding, Settings  # noqa: F401 (the transforms' vocabulary)
 
 MARKER = "# dp2ddp:"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Options of one conversion run (immutable; one object shared by all files)."""
-
-    #: "global": DP's ``batch_size`` is the global batch, each process gets
-    #: ``batch_size // world_size`` (the training math is kept).  "per-process":
-    #: keep the number per process (global batch and learning rate change).
-    batch_size: str = "global"
-    #: Convert BatchNorm to SyncBatchNorm before wrapping (GPU only).
-    sync_bn: bool = False
-    #: Put ``# dp2ddp:`` marker comments at spots left for a human.
-    markers: bool = True
-
-
-@dataclass(frozen=True)
-class FileRole:
-    """What a file is in the program being converted (decided by the engine)."""
-
-    #: The process group is set up here (``__main__`` block or module-level script).
-    is_entry: bool = False
-    #: "main-block": set up in ``if __name__ == "__main__":``; "module": a script
-    #: whose training runs at module level.
-    entry_kind: str = ""
-    #: Code in this file runs in the distributed program (after the process group is
-    #: up), so per-rank guards (``dist.get_rank() == 0``) are safe in its functions.
-    in_program: bool = True
-    #: The program has no DataParallel: a single-device script whose model must be
-    #: wrapped in DDP by us.
-    single_device: bool = False
-    #: The file already sets up DDP itself (init_process_group, DDP, spawn).
-    already_distributed: bool = False
-
-
-@dataclass
-class Finding:
-    code: str
-    #: "change": rewritten; "manual": left for a human; "note": a consequence to know.
-    kind: str
-    line: int
-    column: int
-    message: str
-    transform: str = ""
-    path: str = ""
-
-    def to_dict(self) -> Dict[str, object]:
-        return dataclasses.asdict(self)
 
 
 Stmt = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]

@@ -43,12 +43,7 @@ from libcst.codemod.visitors import RemoveImportsVisitor
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
-
-
-def local_data_parallel_note(resolves_to: str) -> str:
-    """The note for a call of a project's own ``DataParallel`` (here and, for files
-    that never import torch, from the engine)."""
-    return f"DataParallel here is not torch's (it resolves to {resolves_to or 'a local name'}); left alone"
+from ._model import local_data_parallel_note
 
 
 class DataParallelToDDP(Transform):

@@ -303,7 +303,7 @@ class ConvertCache:
     # ---------------------------------------------------------------- conversions
     def get(self, job) -> Optional[Tuple]:
         """``_convert_one``'s result for ``job`` if it was stored, else None."""
-        from dp2ddp.codemods._base import Finding
+        from dp2ddp.codemods._model import Finding
 
         entry = self._find(self.entries, job[0], self.job_key(job))
         if entry is None:

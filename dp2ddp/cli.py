@@ -5,7 +5,9 @@ Exit codes (one place, like black's ``report.py``):
 * 0 -- nothing left to do, or written;
 * 1 -- changes pending under ``--check``, or some file could not be converted;
 * 2 -- usage error (click's own);
-* 123 -- internal error: a bug in dp2ddp.
+* 123 -- internal error: a bug in dp2ddp;
+* 141 -- the reader of the output went away (``dp2ddp convert . | head``), as
+  for a tool that SIGPIPE ends; quietly, and before any file was written.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import click
 
 from dp2ddp import __version__
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 123
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL, EXIT_BROKEN_PIPE = 0, 1, 2, 123, 141
 
 
 def _internal_errors(func):
@@ -33,6 +35,12 @@ def _internal_errors(func):
             return func(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
+        except BrokenPipeError:
+            # stdout's reader is gone (``| head``): no traceback, and nothing more
+            # written there (Python would complain again when it flushes at exit)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(EXIT_BROKEN_PIPE)
         except KeyboardInterrupt:
             click.echo("dp2ddp: interrupted; every file is either as it was or fully written", err=True)
             sys.exit(130)
@@ -112,7 +120,7 @@ def convert(
     """
     from dp2ddp import report
     from dp2ddp.cache import disabled_by_environment
-    from dp2ddp.codemods._base import Settings
+    from dp2ddp.codemods._model import Settings
     from dp2ddp.files import skip_is_error
     from dp2ddp.runner import ConvertRun
 

@@ -21,18 +21,13 @@ from __future__ import annotations
 import ast
 import difflib
 import os
-import threading
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Set
 
-import libcst as cst
-from libcst.codemod import CodemodContext
-
-from dp2ddp.codemods import TRANSFORMS
 from dp2ddp.codemods import _names as N
-from dp2ddp.codemods.dp_to_ddp import local_data_parallel_note
-from dp2ddp.codemods._base import FileRole, Finding, Settings, apply_scheduled_imports
+from dp2ddp.codemods._model import FileRole, Finding, Settings, local_data_parallel_note
 from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods._facts import FileFacts, collect_facts
 
@@ -223,11 +218,14 @@ class LineMap:
 
 # ------------------------------------------------------------------ the pipeline
 def _parse(path: str, data: bytes) -> cst.Module:
+    import libcst as cst
+
     return cst.parse_module(data)
 
 
 def syntax_error(path: str, exc: Exception) -> str:
-    if isinstance(exc, cst.ParserSyntaxError):
+    cst = sys.modules.get("libcst")  # not loaded: the error cannot be LibCST's
+    if cst is not None and isinstance(exc, cst.ParserSyntaxError):
         return f"{path}:{exc.raw_line}:{exc.raw_column + 1}: cannot parse: {exc.message}"
     if isinstance(exc, UnicodeDecodeError):
         return f"{path}:1:1: cannot decode: {exc.reason} at byte {exc.start}"
@@ -251,6 +249,11 @@ def run_transforms(
     transform without "change" or "manual" findings left the code as it was: its
     output is dropped and the next transform reuses the same metadata.
     ``skip``: transforms the file's ``ast`` facts show have nothing to do."""
+    from libcst.codemod import CodemodContext
+
+    from dp2ddp.codemods import TRANSFORMS
+    from dp2ddp.codemods._base import apply_scheduled_imports
+
     findings: List[Finding] = []
     original_code = module.code
     code = original_code
@@ -340,6 +343,8 @@ def _convert_one(job) -> tuple:
             return path, data, findings, None, False, True
         if module.bytes != data:
             return path, None, findings, _not_round_tripped(path, data, module.bytes), False, True
+        from dp2ddp.formatting import format_changed
+
         new_module = format_changed(module, new_module)
         return path, new_module.bytes, findings, None, False, True
     except InternalError as exc:
@@ -534,121 +539,6 @@ def _verify(
             first.internal, first.output = True, None
 
 
-# ------------------------------------------------------------------ formatting
-def format_changed(original: cst.Module, new: cst.Module, line_length: int = 88) -> cst.Module:
-    """Black-format the statements the transforms wrote that are over ``line_length``."""
-    if original.deep_equals(new):
-        return new
-    seen = set()
-
-    class Collect(cst.CSTVisitor):
-        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-            seen.add(original.code_for_node(node.with_changes(leading_lines=())))
-
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if isinstance(node, _HEADERS):
-                seen.add(original.code_for_node(_header_only(node)))
-            return super().on_visit(node)
-
-    original.visit(Collect())
-    return new.visit(_Reformat(new, seen, line_length))
-
-
-class _Reformat(cst.CSTTransformer):
-    def __init__(self, module: cst.Module, seen: Set[str], line_length: int) -> None:
-        super().__init__()
-        self.module = module
-        self.seen = seen
-        self.line_length = line_length
-        self.indents: List[str] = []
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self.indents.append(node.indent if node.indent is not None else self.module.default_indent)
-
-    def leave_IndentedBlock(self, original_node, updated_node):
-        self.indents.pop()
-        return updated_node
-
-    def leave_SimpleStatementLine(self, original_node, updated_node):
-        bare = updated_node.with_changes(leading_lines=())
-        code = self.module.code_for_node(bare)
-        if code in self.seen:
-            return updated_node
-        indent = "".join(self.indents)
-        width = len(indent.expandtabs(4))
-        if all(width + len(line) <= self.line_length for line in code.splitlines()):
-            return updated_node
-        try:
-            formatted = _black_format(code, self.line_length - width)
-            body = cst.parse_module(formatted).body
-        except Exception as exc:  # the code stays valid, only unformatted: say so
-            FORMAT_FAILURES.append(f"black could not format a changed statement: {exc!r}")
-            return updated_node
-        if not body or not all(isinstance(s, cst.SimpleStatementLine) for s in body):
-            return updated_node
-        first = body[0].with_changes(leading_lines=updated_node.leading_lines)
-        if len(body) == 1:
-            return first
-        return cst.FlattenSentinel([first, *body[1:]])
-
-    def on_leave(self, original_node, updated_node):
-        result = super().on_leave(original_node, updated_node)
-        if isinstance(result, _HEADERS):
-            result = self._reformat_header(result)
-        return result
-
-    def _reformat_header(self, node):
-        """A ``for``/``if``/``while``/``with`` header the transforms made too long."""
-        header = self.module.code_for_node(_header_only(node))
-        if header in self.seen:
-            return node
-        first_line = header.splitlines()[0] if header else ""
-        width = len("".join(self.indents).expandtabs(4))
-        if width + len(first_line) <= self.line_length:
-            return node
-        try:
-            formatted = _black_format(header, self.line_length - width)
-            new = cst.parse_module(formatted).body
-        except Exception as exc:
-            FORMAT_FAILURES.append(f"black could not format a changed header: {exc!r}")
-            return node
-        if len(new) != 1 or type(new[0]) is not type(node):
-            return node
-        changes = {"body": node.body, "leading_lines": node.leading_lines}
-        if hasattr(node, "orelse"):
-            changes["orelse"] = node.orelse
-        return new[0].with_changes(**changes)
-
-
-_HEADERS = (cst.For, cst.While, cst.If, cst.With)
-
-
-_BLACK_LOCK = threading.Lock()
-#: black failures of the current process (tests assert it stays empty)
-FORMAT_FAILURES: List[str] = []
-
-
-def _black_format(code: str, width: int) -> str:
-    """Black, for the oldest supported Python (no syntax the user's interpreter
-    might lack).  Serialised: black's parser caches are not safe to fill from
-    several threads at once, and a failure there would silently leave the code
-    unformatted."""
-    with _BLACK_LOCK:  # the first import of black, too, from one thread at a time
-        import black
-
-        mode = black.Mode(line_length=max(40, width), target_versions={black.TargetVersion.PY38})
-        return black.format_str(code, mode=mode)
-
-
-def _header_only(node):
-    """The statement with its body reduced to ``pass`` (and no else)."""
-    body = cst.IndentedBlock(body=[cst.SimpleStatementLine([cst.Pass()])])
-    changes = {"body": body, "leading_lines": ()}
-    if hasattr(node, "orelse"):
-        changes["orelse"] = None
-    return node.with_changes(**changes)
-
-
 # ------------------------------------------------------------------ targeted fixes
 def apply_transforms(path: str, source: bytes, names, settings: Settings = Settings()) -> FileResult:
     """Run the named transforms on one file, whatever its role in a conversion.
@@ -657,6 +547,13 @@ def apply_transforms(path: str, source: bytes, names, settings: Settings = Setti
     treated as program code (not a pre-DDP script), and the result is checked to
     parse and to be a fixed point like every conversion.
     """
+    import libcst as cst
+    from libcst.codemod import CodemodContext
+
+    from dp2ddp.codemods import TRANSFORMS
+    from dp2ddp.codemods._base import apply_scheduled_imports
+    from dp2ddp.formatting import format_changed
+
     result = FileResult(path=path, source=source)
     try:
         module = _parse(path, source)

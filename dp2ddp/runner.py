@@ -60,7 +60,7 @@ class ConvertRun:
         verify: bool = True,
         cache=None,
     ) -> None:
-        from dp2ddp.codemods._base import Settings
+        from dp2ddp.codemods._model import Settings
 
         #: a ``ConvertCache`` (None: convert every file)
         self.cache = cache

@@ -98,7 +98,7 @@ def test_unparseable_file_is_named_untouched_and_others_converted(project):
 
 
 def test_internal_error_exits_123_with_a_message(project, monkeypatch):
-    from dp2ddp import engine
+    from dp2ddp import codemods
     from dp2ddp.codemods._base import Transform
 
     class Broken(Transform):
@@ -107,7 +107,7 @@ def test_internal_error_exits_123_with_a_message(project, monkeypatch):
         def visit_Module(self, node):
             raise RuntimeError("boom")
 
-    monkeypatch.setattr(engine, "TRANSFORMS", (Broken,))
+    monkeypatch.setattr(codemods, "TRANSFORMS", (Broken,))
     result = run("convert", "--write", str(project))
     assert result.exit_code == 123
     assert "internal error" in result.stderr and "boom" in result.stderr
@@ -143,6 +143,22 @@ def test_python_dash_m_and_no_torch_import(project):
     assert proc.stdout.strip() == "exit 1"
     version = subprocess.run([sys.executable, "-m", "dp2ddp", "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and "dp2ddp" in version.stdout
+
+
+def test_reader_gone_is_quiet_and_writes_nothing(project):
+    """``dp2ddp convert --write --diff . | head``: head leaves after a few lines.
+    Exit 141 (as for a tool that SIGPIPE ends), no internal-error traceback, and
+    no file written: the diff is printed before anything is written."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dp2ddp", "convert", "--write", "--diff", "--no-cache", str(project)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # the reader is gone before the first line
+    stderr = proc.stderr.read().decode()
+    assert proc.wait() == 141, stderr
+    assert "internal error" not in stderr and "Traceback" not in stderr
+    assert (project / "train.py").read_bytes() == DP_SCRIPT
 
 
 def test_folder_walk_skips_venvs_hidden_build_and_gitignored(tmp_path):

@@ -81,7 +81,7 @@ def e2e(tmp_path_factory) -> Dict[str, Outcome]:
 
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_matches_reviewed_conversion(e2e, name):
-    from dp2ddp.engine import FORMAT_FAILURES
+    from dp2ddp.formatting import FORMAT_FAILURES
 
     assert FORMAT_FAILURES == []
     outcome = e2e[name]

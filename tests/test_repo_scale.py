@@ -354,7 +354,7 @@ def test_convert_cache_is_keyed_by_content_settings_and_role(program, conversion
 def test_convert_cache_keeps_no_internal_error_and_no_stack_overflow(program, monkeypatch, failure):
     # a bug is not remembered, nor is running out of stack: how deep the stack
     # already was depends on where the file was converted, not on the file
-    from dp2ddp import engine
+    from dp2ddp import codemods
     from dp2ddp.cache import ConvertCache
     from dp2ddp.codemods._base import Transform
 
@@ -367,7 +367,7 @@ def test_convert_cache_keeps_no_internal_error_and_no_stack_overflow(program, mo
     sources = {str(p): p.read_bytes() for p in sorted((program / "dp").rglob("*.py"))}
     cache = ConvertCache(program)
     with monkeypatch.context() as patch:
-        patch.setattr(engine, "TRANSFORMS", (Broken,))
+        patch.setattr(codemods, "TRANSFORMS", (Broken,))
         (broken,) = _converted(sources, cache).values()
     assert broken[2] and ("boom" in broken[2] or "too deeply nested" in broken[2])
     assert cache.entries == {}
@@ -439,6 +439,29 @@ def test_convert_cache_on_the_command_line(program, tmp_path, monkeypatch):
     monkeypatch.chdir(elsewhere)
     CliRunner().invoke(cli, ["convert", "-j", "1", str(elsewhere)])
     assert not (elsewhere / ".dp2ddp_cache").exists()
+
+
+def test_convert_answered_from_the_cache_does_not_import_libcst(program, monkeypatch):
+    """A warm ``convert --check`` (CI on an unchanged repository) costs what reading
+    the files and the cache costs: LibCST (0.3 s to import) and black stay unloaded."""
+    monkeypatch.delenv("DP2DDP_NO_CACHE")
+    (program / "pyproject.toml").write_text('[project]\nname = "prog"\n')
+    code = (
+        "import sys\n"
+        "from dp2ddp.cli import cli\n"
+        "try:\n"
+        "    cli(['convert', '--check', '-j', '1', sys.argv[1]])\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code)\n"
+        "print('heavy', [m for m in ('libcst', 'black', 'torch') if m in sys.modules])\n"
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", code, str(program)], capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    assert "exit 1" in runs[0].stdout and "'libcst'" in runs[0].stdout, runs[0].stderr  # cold: converts
+    assert runs[1].stdout.splitlines() == ["exit 1", "heavy []"], runs[1].stderr
+    assert runs[1].stderr == runs[0].stderr  # the same summary, from the cache
 
 
 def test_stale_cache_files_are_removed_when_a_cache_is_saved(program):

@@ -1,0 +1,67 @@
+"""The plain data of a conversion, without LibCST: a run's settings, a file's
+role in the program, and the findings the transforms report.
+
+Kept apart from ``_base`` (the transforms' LibCST machinery) so that the engine
+can answer from its cache -- and the report, the review and the migration
+summary can read results -- without importing LibCST (0.3 s of start-up).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Dict
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Options of one conversion run (immutable; one object shared by all files)."""
+
+    #: "global": DP's ``batch_size`` is the global batch, each process gets
+    #: ``batch_size // world_size`` (the training math is kept).  "per-process":
+    #: keep the number per process (global batch and learning rate change).
+    batch_size: str = "global"
+    #: Convert BatchNorm to SyncBatchNorm before wrapping (GPU only).
+    sync_bn: bool = False
+    #: Put ``# dp2ddp:`` marker comments at spots left for a human.
+    markers: bool = True
+
+
+@dataclass(frozen=True)
+class FileRole:
+    """What a file is in the program being converted (decided by the engine)."""
+
+    #: The process group is set up here (``__main__`` block or module-level script).
+    is_entry: bool = False
+    #: "main-block": set up in ``if __name__ == "__main__":``; "module": a script
+    #: whose training runs at module level.
+    entry_kind: str = ""
+    #: Code in this file runs in the distributed program (after the process group is
+    #: up), so per-rank guards (``dist.get_rank() == 0``) are safe in its functions.
+    in_program: bool = True
+    #: The program has no DataParallel: a single-device script whose model must be
+    #: wrapped in DDP by us.
+    single_device: bool = False
+    #: The file already sets up DDP itself (init_process_group, DDP, spawn).
+    already_distributed: bool = False
+
+
+@dataclass
+class Finding:
+    code: str
+    #: "change": rewritten; "manual": left for a human; "note": a consequence to know.
+    kind: str
+    line: int
+    column: int
+    message: str
+    transform: str = ""
+    path: str = ""
+
+    def to_dict(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def local_data_parallel_note(resolves_to: str) -> str:
+    """The note for a call of a project's own ``DataParallel`` (DDP001's transform
+    and, for files that never import torch, the engine)."""
+    return f"DataParallel here is not torch's (it resolves to {resolves_to or 'a local name'}); left alone"
