@@ -47,7 +47,7 @@ class RankDevice(Transform):
     CODE = "DDP005"
     NAME = "rank-device"
     DESCRIPTION = "Place model and batches on this process's device, not a hard-wired GPU."
-    TRIGGERS = ("cuda", "device")
+    TRIGGERS = ("cuda", "device", "CUDA_VISIBLE_DEVICES")
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:
@@ -82,6 +82,42 @@ class RankDevice(Transform):
 
     def _in_multi_gpu(self, node: cst.CSTNode) -> bool:
         return (self.enclosing_function(node) or self.module) in self._multi_gpu
+
+    # os.environ["CUDA_VISIBLE_DEVICES"] = ... ------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if self._visible_devices(target.target):
+                self._visible_devices_set(node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "setdefault"
+            and self.is_ref(func.value, {"os.environ"})
+            or self.is_ref(func, {"os.putenv"})
+        ) and node.args and P.string_value(node.args[0].value) == "CUDA_VISIBLE_DEVICES":
+            self._visible_devices_set(node)
+
+    def _visible_devices(self, target: cst.CSTNode) -> bool:
+        return (
+            isinstance(target, cst.Subscript)
+            and self.is_ref(target.value, {"os.environ"})
+            and len(target.slice) == 1
+            and isinstance(target.slice[0].slice, cst.Index)
+            and P.string_value(target.slice[0].slice.value) == "CUDA_VISIBLE_DEVICES"
+        )
+
+    def _visible_devices_set(self, node: cst.CSTNode) -> None:
+        # GPUs "2,3" for two processes still work (LOCAL_RANK indexes into them);
+        # the usual default "0" leaves rank 1 without a GPU: a human decides
+        self.manual(
+            node,
+            "the script sets CUDA_VISIBLE_DEVICES: under torchrun every process sees only "
+            "these GPUs and LOCAL_RANK indexes into them (fewer GPUs than processes: "
+            "set_device fails); remove it and choose the GPUs on the command line "
+            "(CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node=2 ...)",
+        )
 
     # x.cuda(...) / x.to("cuda:0") / device="cuda" ------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
