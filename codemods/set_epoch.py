@@ -76,7 +76,8 @@ class SetEpoch(Transform):
             if not (isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in _WRAPPERS):
                 return [loader]
             inner.extend(_iterated(value))
-        return inner or [loader]
+        # nothing behind it that is a loader (``tqdm(range(epochs))``: an epoch loop)
+        return inner
 
     def visit_For(self, node: cst.For) -> None:
         for loader in [x for it in _iterated(node.iter) for x in self._through_wrappers(it, node)]:
