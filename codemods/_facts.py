@@ -35,6 +35,14 @@ class FileFacts:
     relative_imports: Set[Tuple[int, str]] = field(default_factory=set)
     #: (line, column, qualified name) of calls to a ``DataParallel`` that is not torch's
     local_data_parallel: List[Tuple[int, int, str]] = field(default_factory=list)
+    #: (line, module) of ``from module import *`` in a file that imports no torch
+    #: itself but uses torch's usual names: torch may come through the star, where
+    #: name resolution cannot follow it
+    torch_through_star: List[Tuple[int, str]] = field(default_factory=list)
+
+
+#: names a training script takes from torch (``import torch.nn as nn``, ...)
+_TORCH_NAMES = frozenset({"torch", "nn", "DataParallel", "DataLoader", "optim"})
 
 
 def is_main_guard(node: ast.AST) -> bool:
@@ -65,6 +73,14 @@ def collect_facts(src: Source) -> FileFacts:
             else:
                 facts.imports.add(module)
                 facts.imports.update(f"{module}.{name}" for name in names)
+    if not facts.uses_torch and "import *" in src.text:
+        stars = [
+            (node.lineno, "." * node.level + (node.module or ""))
+            for node in src.nodes
+            if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)
+        ]
+        if stars and any(isinstance(node, ast.Name) and node.id in _TORCH_NAMES for node in src.nodes):
+            facts.torch_through_star = stars
     if "DataParallel" in src.text or "data_parallel" in src.text:
         facts.mentions_data_parallel = any(
             isinstance(node, (ast.Name, ast.Attribute)) and src.qualname(node) in N.ANY_DATA_PARALLEL

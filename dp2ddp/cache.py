@@ -356,6 +356,7 @@ class ConvertCache:
             facts.imports = set(facts.imports)
             facts.relative_imports = {tuple(i) for i in facts.relative_imports}
             facts.local_data_parallel = [tuple(i) for i in facts.local_data_parallel]
+            facts.torch_through_star = [tuple(i) for i in facts.torch_through_star]
             return path, facts, None
         except (KeyError, TypeError):
             return None

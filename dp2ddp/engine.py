@@ -416,6 +416,18 @@ def convert_sources(
                 )
                 for line, col, name in file_facts.local_data_parallel
             ]
+            result.findings.extend(
+                Finding(
+                    "DDP001" if file_facts.mentions_data_parallel else "DDP002", "manual", line, 1,
+                    f"torch's names in this file come through `from {module} import *`, which "
+                    "dp2ddp's name resolution cannot follow, so nothing here is converted: import "
+                    "what the file uses explicitly (import torch, import torch.nn as nn, ...), "
+                    "then convert again",
+                    "data-parallel-to-ddp" if file_facts.mentions_data_parallel else "process-group-setup",
+                    path,
+                )
+                for line, module in file_facts.torch_through_star
+            )
             continue
         facts[path] = file_facts
     roles = assign_roles(facts, explicit)
@@ -423,7 +435,7 @@ def convert_sources(
     for path, role in roles.items():
         result = results[path]
         if path in untouchable:
-            if role.is_entry:
+            if role.is_entry and not facts[path].torch_through_star:  # (said so already)
                 result.role = role
                 result.findings.append(
                     Finding(
@@ -446,7 +458,9 @@ def convert_sources(
     ):
         result = results[path]
         result.output, result.findings, result.error, result.internal = output, findings, error, internal
-    if not any(facts[p].has_data_loader for p, role in roles.items() if role.in_program):
+    if not any(
+        facts[p].has_data_loader or facts[p].torch_through_star for p, role in roles.items() if role.in_program
+    ):
         # batches cut from a tensor by hand (pytorch/examples' word_language_model):
         # nothing a DistributedSampler could shard
         for path, role in roles.items():

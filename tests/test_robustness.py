@@ -81,6 +81,31 @@ def test_files_without_torch_are_never_touched(tmp_path):
     assert "0 files would be converted" in result.stderr
 
 
+def test_torch_reached_through_a_star_import_is_reported_not_skipped_silently():
+    """deeplab-xception's train.py takes torch from ``from modeling.deeplab import *``:
+    LibCST's scopes cannot see through the star, so nothing there is converted -- and
+    the report says why and what to do (it said the entry did not use torch)."""
+    lib = b"import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader\n"
+    train = (
+        b"from mylib import *\n\n\ndef main():\n"
+        b"    model = torch.nn.DataParallel(nn.Linear(4, 2)).cuda()\n"
+        b"    loader = DataLoader(list(range(8)), batch_size=4, shuffle=True)\n\n\n"
+        b"if __name__ == '__main__':\n    main()\n"
+    )
+    result = convert_sources({"mylib.py": lib, "train.py": train})
+    (entry,) = [f for f in result.files if f.path == "train.py"]
+    assert not entry.changed
+    manual = [(f.code, f.line) for f in entry.findings if f.kind == "manual"]
+    assert manual == [("DDP001", 1)]
+    assert "from mylib import *" in entry.findings[0].message
+    notes = [f.message for f in result.files[0].findings + entry.findings if f.kind == "note"]
+    assert not any("no DataLoader" in n for n in notes)
+    # a star import of something else in a torch script changes nothing
+    plain = b"import torch\nfrom os.path import *\nmodel = torch.nn.DataParallel(net)\n"
+    (only,) = convert_sources({"train.py": plain}).files
+    assert not any("import *" in f.message for f in only.findings)
+
+
 def test_non_utf8_and_non_python_files_get_a_clear_error(tmp_path):
     (tmp_path / "binary.py").write_bytes(b"import torch\n\x00\x01\x02\xff\xfe")
     (tmp_path / "latin.py").write_bytes("import torch\nx = 'é'\n".encode("latin-1"))
