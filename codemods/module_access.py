@@ -110,6 +110,20 @@ class ModuleAccess(Transform):
                 return line > min(entries)
         return False
 
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        """``torch.save(model, path)`` saved the bare model; saved wrapped, it would
+        be a DDP object that cannot be loaded without a process group."""
+        if not (self.is_call(original_node, N.TORCH_SAVE) and original_node.args):
+            return updated_node
+        first = original_node.args[0]
+        if first.keyword is not None or not self._is_wrapped(first.value, original_node):
+            return updated_node
+        name = P.dotted_name(first.value)
+        self.changed(original_node, f"torch.save({name}) saves {name}.module: the model, as before, not its DDP wrapper")
+        new_first = updated_node.args[0]
+        value = cst.Attribute(value=new_first.value, attr=cst.Name("module"))
+        return updated_node.with_changes(args=[new_first.with_changes(value=value), *updated_node.args[1:]])
+
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
         if original_node.attr.value in DDP_API:
             return updated_node
