@@ -284,6 +284,21 @@ class Transform(Codemod, cst.CSTTransformer):
             current = self.parent(current)
         return None
 
+    def before_process_group(self, node: cst.CSTNode) -> bool:
+        """``node`` runs when its module is imported (module or class level, outside
+        any function and the ``__main__`` block): before the process group is up --
+        unless this file is a script whose training runs at module level, where the
+        group is started right after the imports.  (Another module of the program
+        is imported by the entry point before its ``__main__`` block starts it.)"""
+        if self.role.is_entry and self.role.entry_kind == "module":
+            return False
+        for anc in self.ancestors(node):
+            if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+                return False
+            if isinstance(anc, cst.If) and P.is_main_guard(anc):
+                return False
+        return True
+
     def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
         for anc in self.ancestors(node):
             if isinstance(anc, cst.FunctionDef):
@@ -411,18 +426,26 @@ class Transform(Codemod, cst.CSTTransformer):
         if "device" not in scope:
             return False
         assignments = scope["device"]
+        gpu = cpu = False
         for assignment in assignments:
             node = getattr(assignment, "node", None)
             if isinstance(node, cst.Param):
+                gpu = True
                 continue
             if isinstance(node, cst.Name):
                 assign = self._assign_of(node)
                 if assign is not None and (
                     P.is_rank_device(self, assign.value) or P.is_device_spec(self, assign.value)
                 ):
+                    gpu = True
+                    continue
+                if assign is not None and P.is_cpu_spec(self, assign.value):
+                    # the CPU branch of `if cuda: device = cuda else: device = cpu`,
+                    # like `"cuda" if ... else "cpu"` in one expression
+                    cpu = True
                     continue
             return False
-        return bool(assignments)
+        return gpu or not cpu and bool(assignments)
 
     def _assign_of(self, name: cst.Name) -> Optional[cst.Assign]:
         target = self.parent(name)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 
-from typing import Set, Union
+from typing import Dict, Iterator, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -60,6 +60,8 @@ class DataParallelToDDP(Transform):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._converted: Set[cst.Call] = set()
+        #: ``torch.save(model, ...)`` of a wrapped model -> the model's name
+        self._whole_saves: Dict[cst.Call, str] = {}
 
     def visit_Module(self, node: cst.Module) -> None:
         if self.role.already_distributed:
@@ -92,6 +94,8 @@ class DataParallelToDDP(Transform):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.is_call(original_node, N.DATA_PARALLEL):
             return self._convert(original_node, updated_node)
+        if original_node in self._whole_saves:
+            return self._save_module(original_node, updated_node)
         func = original_node.func
         if (
             isinstance(func, cst.Attribute)
@@ -108,9 +112,21 @@ class DataParallelToDDP(Transform):
             )
         elif m.matches(func, m.Name("isinstance")) and len(original_node.args) == 2:
             return self._isinstance(original_node, updated_node)
+        elif self._data_parallel_only(func):
+            self.manual(
+                original_node,
+                f"{P.dotted_name(func) or 'this call'} (Synchronized-BatchNorm-PyTorch) works only "
+                "with DataParallel: under DDP synchronise BatchNorm with "
+                "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) before the wrap, and drop this",
+            )
         elif self._local_data_parallel(func):
             self.note(original_node, local_data_parallel_note(", ".join(sorted(self.qnames(func)))))
         return updated_node
+
+    def _data_parallel_only(self, func: cst.BaseExpression) -> bool:
+        """A helper that exists for DataParallel's replicas (vendored in many
+        segmentation repos as ``sync_batchnorm``), resolved through the imports."""
+        return any(q.rsplit(".", 1)[-1] in _DATA_PARALLEL_ONLY for q in self.qnames(func))
 
     def _local_data_parallel(self, func: cst.BaseExpression) -> bool:
         name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
@@ -132,11 +148,12 @@ class DataParallelToDDP(Transform):
                 "inference use the bare model on one device, or convert by hand",
             )
             return updated
-        if self.role.is_entry and self.role.entry_kind == "main-block" and self._at_import_time(original):
+        if self.before_process_group(original):
+            where = "in the __main__ block" if self.role.is_entry else "by the entry point"
             self.manual(
                 original,
-                "DataParallel wrapped at import time, before the process group is started in "
-                "the __main__ block: move the wrap into the code that __main__ runs, then convert",
+                f"DataParallel wrapped at import time, before the process group is started {where}: "
+                "move the wrap into the code that __main__ runs, then convert",
             )
             return updated
         parent = self.parent(original)
@@ -192,7 +209,89 @@ class DataParallelToDDP(Transform):
             args.append(extra.with_changes(comma=cst.MaybeSentinel.DEFAULT))
         self._converted.add(original)
         self.changed(original, "DataParallel -> DistributedDataParallel on this process's device")
+        self._report_changes_after_wrap(original)
         return template.with_changes(args=args)
+
+    # model = DDP(model); model.half() ------------------------------------------
+    def _report_changes_after_wrap(self, call: cst.Call) -> None:
+        """Changes to the model's parameters after the wrap, before training: DDP registers the
+        parameters and copies rank 0's values to every rank when it is built, so a
+        head replaced afterwards gets no gradient averaging, weights initialised
+        afterwards differ per rank, and a dtype changed afterwards breaks its
+        buckets.  Reported (moving the wrap past arbitrary code is a guess)."""
+        stmt = self.statement_of(call)
+        assign = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            return
+        name = P.dotted_name(assign.targets[0].target)
+        if not name:
+            return
+        reported = set()
+        trained = False
+        for later in self._statements_after(stmt):
+            if any(
+                P.dotted_name(t.target) == name and not _same_model(a.value, name)
+                for a in P.find(later, cst.Assign)
+                for t in a.targets
+            ):
+                return  # rebound: another model from here on
+            for save in P.find(later, cst.Call):
+                if (
+                    self.is_call(save, N.TORCH_SAVE)
+                    and save.args
+                    and save.args[0].keyword is None
+                    and P.dotted_name(save.args[0].value) == name
+                ):
+                    self._whole_saves[save] = name
+            if P.calls_method(later, "backward"):
+                trained = True  # changes after training (e.g. .half() to export) are harmless
+            if trained:
+                continue
+            for node, what in _parameter_changes(later, name):
+                if self.statement_of(node) in reported:
+                    continue
+                reported.add(self.statement_of(node))
+                self.manual(
+                    node,
+                    f"{name} is changed after the DDP wrap ({what}): DDP registers the parameters "
+                    "and copies rank 0's values to all ranks when it is built, so later changes "
+                    "are not synchronised (new layers get no gradient averaging, re-initialised "
+                    "weights differ per rank); do this before the wrap",
+                )
+
+    def _save_module(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``torch.save(model, path)`` pickled the DataParallel wrapper, which loads
+        anywhere; a pickled DDP wrapper needs a process group to load.  The wrapped
+        module is saved instead."""
+        name = self._whole_saves[original]
+        first = updated.args[0]
+        self.changed(
+            original,
+            f"torch.save({name}) -> torch.save({name}.module): a pickled DDP wrapper cannot be "
+            "loaded without a process group; code that loads this file now gets the model "
+            "itself (no .module)",
+        )
+        value = cst.Attribute(value=first.value, attr=cst.Name("module"))
+        return updated.with_changes(args=[first.with_changes(value=value), *updated.args[1:]])
+
+    def _statements_after(self, stmt: cst.CSTNode) -> Iterator[cst.BaseStatement]:
+        """The statements that run after ``stmt`` in its function (or module): its
+        later siblings, then those of the ``if``/``with``/``try`` around it."""
+        current = stmt
+        while True:
+            block = self.parent(current)
+            body = getattr(block, "body", None)
+            if not isinstance(body, (list, tuple)) or current not in body:
+                return
+            yield from body[body.index(current) + 1 :]
+            owner = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
+            while isinstance(owner, (cst.Else, cst.ExceptHandler, cst.Finally)) or (
+                isinstance(owner, cst.If) and self.parent(owner) is not None and getattr(self.parent(owner), "orelse", None) is owner
+            ):
+                owner = self.parent(owner)  # up to the whole if/try statement
+            if not isinstance(owner, (cst.If, cst.With, cst.Try)):
+                return
+            current = owner
 
     def _isinstance(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if not self.role.in_program:
@@ -309,15 +408,6 @@ class DataParallelToDDP(Transform):
             )
         return cst.FlattenSentinel([kept, *(w.with_changes(leading_lines=[]) for w in wraps)])
 
-    def _at_import_time(self, node: cst.CSTNode) -> bool:
-        """At module level, outside any def/class and outside the __main__ block."""
-        for anc in self.ancestors(node):
-            if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                return False
-            if isinstance(anc, cst.If) and P.is_main_guard(anc):
-                return False
-        return True
-
     def _wraps_here(self, block: cst.CSTNode) -> bool:
         return any(call in self._converted for call in P.find(block, cst.Call))
 
@@ -329,3 +419,50 @@ class DataParallelToDDP(Transform):
                 body=[m.Expr(value=move) | m.Assign(value=move) | m.Pass()]
             ),
         )
+
+
+#: Synchronized-BatchNorm-PyTorch's DataParallel helpers (``sync_batchnorm.replicate``)
+_DATA_PARALLEL_ONLY = frozenset({"patch_replication_callback"})  # (DataParallelWithCallback: DDP009)
+
+#: methods that change a module's parameters in place: dtype, initialisation, freezing
+_CHANGING_METHODS = {
+    "half": ".half()", "float": ".float()", "double": ".double()", "bfloat16": ".bfloat16()",
+    "apply": ".apply()", "requires_grad_": ".requires_grad_()",
+}
+
+
+def _same_model(value: cst.BaseExpression, name: str) -> bool:
+    """``model.cpu()``, ``model.to(device).eval()``: the same module object."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        value = value.func.value
+    return P.dotted_name(value) == name and not isinstance(value, cst.Call)
+
+
+def _parameter_changes(stmt: cst.CSTNode, name: str) -> Iterator[Tuple[cst.CSTNode, str]]:
+    """Where ``stmt`` changes the parameters of the model called ``name``."""
+    owners = (name, f"{name}.module")
+    for node in P.walk(stmt):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            method = node.func.attr.value
+            if method in _CHANGING_METHODS and P.dotted_name(node.func.value) in owners:
+                yield node, _CHANGING_METHODS[method]
+        elif isinstance(node, cst.Assign):
+            for target in node.targets:
+                dotted = P.dotted_name(target.target)
+                callee = P.dotted_name(node.value.func) if isinstance(node.value, cst.Call) else ""
+                if dotted.startswith(f"{name}.") and callee.rsplit(".", 1)[-1][:1].isupper():
+                    # a new layer (a class is called): ``model.module.fc = nn.Linear(...)``
+                    yield node, f"{dotted} replaced"
+        elif isinstance(node, cst.For) and isinstance(node.iter, cst.Call):
+            func = node.iter.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in ("parameters", "named_parameters")
+                and P.dotted_name(func.value) in owners
+                and any(
+                    isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+                    for a in P.find(node.body, cst.Assign)
+                    for t in a.targets
+                )
+            ):
+                yield node, "requires_grad set"

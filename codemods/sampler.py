@@ -76,6 +76,15 @@ class DistributedSamplerTransform(Transform):
         kind, why = self.classify(original_node)
         if kind == "eval":
             return updated_node
+        if self.before_process_group(original_node):
+            # DistributedSampler asks the process group for the ranks when it is built
+            where = "in the __main__ block" if self.role.is_entry else "by the entry point"
+            self.manual(
+                original_node,
+                f"DataLoader built at import time, before the process group is started {where}: "
+                "build it in the code that __main__ runs (e.g. in main()), then convert",
+            )
+            return updated_node
         if kind == "unknown":
             self.manual(
                 original_node,
