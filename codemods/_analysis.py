@@ -714,3 +714,151 @@ def _shard_values(epoch_loop: ast.AST) -> Set[str]:
                         local.add(name)
                         changed = True
     return local
+
+
+# ------------------------------------------------------------------ changes after the wrap
+#: methods that change a module's parameters in place: dtype, initialisation, freezing
+_CHANGING_METHODS = {
+    "half": ".half()", "float": ".float()", "double": ".double()", "bfloat16": ".bfloat16()",
+    "apply": ".apply()", "requires_grad_": ".requires_grad_()",
+}
+
+
+def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.stmt, int, str, str]]:
+    """``(statement, wrap line, model, what)`` where a model wrapped by one of
+    ``wrappers`` (``model = DDP(model)``) has its parameters changed after the
+    wrap, before training (the first statement that calls ``backward()``): a new
+    layer assigned onto it, ``.half()``/``.apply(init)``/``.requires_grad_()``, or
+    ``requires_grad`` set in a loop over its parameters.  DDP registers the
+    parameters and copies rank 0's values to every rank when it is built: later
+    changes are not synchronised.  Shared by lint (DDP202, on DDP wraps) and
+    convert (on the DataParallel wraps it turns into DDP).  Changes after
+    training (``.half()`` to export) are not reported."""
+    found: List[Tuple[ast.stmt, int, str, str]] = []
+    for assign, name, later_statements in _wrapped_models(src, wrappers):
+        reported: Set[ast.AST] = set()
+        for later in later_statements:
+            if calls_method(later, "backward"):
+                break  # training has started
+            for node, what in _parameter_changes(later, name):
+                stmt = _statement_of(src, node)
+                if stmt not in reported:
+                    reported.add(stmt)
+                    found.append((stmt, assign.lineno, name, what))
+    return found
+
+
+def whole_model_saves(src: Source, wrappers: FrozenSet[str]) -> Dict[int, Tuple[int, str]]:
+    """line of ``torch.save(model, ...)`` -> (wrap line, model), for a model that
+    was wrapped by one of ``wrappers`` earlier: the wrapper object is pickled."""
+    saves: Dict[int, Tuple[int, str]] = {}
+    for assign, name, later_statements in _wrapped_models(src, wrappers):
+        for later in later_statements:
+            for call in ast.walk(later):
+                if (
+                    isinstance(call, ast.Call)
+                    and src.qualname(call.func) == "torch.save"
+                    and call.args
+                    and dotted(call.args[0]) == name
+                ):
+                    saves[call.lineno] = (assign.lineno, name)
+    return saves
+
+
+def _wrapped_models(src: Source, wrappers: FrozenSet[str]) -> Iterator[Tuple[ast.Assign, str, Iterator[ast.stmt]]]:
+    """``(assignment, model name, the statements after it)`` for each
+    ``model = Wrapper(...)``; the statements stop where the name is bound to
+    another object (``model = model.cpu()`` is the same one)."""
+    for assign in src.of_type(ast.Assign):
+        value = assign.value
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and isinstance(
+            value.func.value, ast.Call
+        ):
+            value = value.func.value  # DataParallel(model).cuda()
+        if len(assign.targets) != 1 or not src.is_call(value, wrappers):
+            continue
+        name = dotted(assign.targets[0])
+        if name:
+            yield assign, name, _until_rebound(_statements_after(src, assign), name)
+
+
+def _until_rebound(statements: Iterator[ast.stmt], name: str) -> Iterator[ast.stmt]:
+    for stmt in statements:
+        if _rebinds(stmt, name):
+            return
+        yield stmt
+
+
+def _statements_after(src: Source, stmt: ast.stmt) -> Iterator[ast.stmt]:
+    """The statements that run after ``stmt`` in its function (or module): its
+    later siblings, then those after the ``if``/``with``/``try`` around it."""
+    current: ast.AST = stmt
+    while True:
+        parent = src.parent(current)
+        if parent is None:
+            return
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and current in block:
+                yield from block[block.index(current) + 1 :]
+                break
+        if isinstance(parent, ast.ExceptHandler):
+            parent = src.parent(parent)
+        if not isinstance(parent, (ast.If, ast.With, ast.Try)):
+            return
+        current = parent
+
+
+def _statement_of(src: Source, node: ast.AST) -> ast.AST:
+    current = node
+    while not isinstance(current, ast.stmt):
+        parent = src.parent(current)
+        if parent is None:
+            return current
+        current = parent
+    return current
+
+
+def _same_model(value: ast.AST, name: str) -> bool:
+    """``model.cpu()``, ``model.to(device).eval()``: the same module object."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        value = value.func.value
+    return not isinstance(value, ast.Call) and dotted(value) == name
+
+
+def _rebinds(stmt: ast.AST, name: str) -> bool:
+    return any(
+        isinstance(node, ast.Assign)
+        and any(dotted(t) == name for t in node.targets)
+        and not _same_model(node.value, name)
+        for node in ast.walk(stmt)
+    )
+
+
+def _parameter_changes(stmt: ast.AST, name: str) -> Iterator[Tuple[ast.AST, str]]:
+    """Where ``stmt`` changes the parameters of the model called ``name``."""
+    owners = (name, f"{name}.module")
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in _CHANGING_METHODS and dotted(node.func.value) in owners:
+                yield node, _CHANGING_METHODS[node.func.attr]
+        elif isinstance(node, ast.Assign):
+            # a new layer (a class is called): ``model.module.fc = nn.Linear(8, 3)``
+            callee = dotted(node.value.func) if isinstance(node.value, ast.Call) else ""
+            for target in node.targets:
+                if dotted(target).startswith(f"{name}.") and callee.rsplit(".", 1)[-1][:1].isupper():
+                    yield node, f"{dotted(target)} replaced"
+        elif isinstance(node, ast.For) and isinstance(node.iter, ast.Call):
+            func = node.iter.func
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in ("parameters", "named_parameters")
+                and dotted(func.value) in owners
+                and any(
+                    isinstance(t, ast.Attribute) and t.attr == "requires_grad"
+                    for a in ast.walk(node)
+                    if isinstance(a, ast.Assign)
+                    for t in a.targets
+                )
+            ):
+                yield node, "requires_grad set"

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import re
 
-from typing import Dict, Iterator, Set, Tuple, Union
+from typing import Dict, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod.visitors import RemoveImportsVisitor
 
+from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
@@ -60,8 +61,10 @@ class DataParallelToDDP(Transform):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._converted: Set[cst.Call] = set()
-        #: ``torch.save(model, ...)`` of a wrapped model -> the model's name
-        self._whole_saves: Dict[cst.Call, str] = {}
+        #: lines of the wraps converted (the statement's first line)
+        self._wrapped_lines: Set[int] = set()
+        self._saves: Optional[Dict[int, Tuple[int, str]]] = None
+        self._changes: Optional[list] = None
 
     def visit_Module(self, node: cst.Module) -> None:
         if self.role.already_distributed:
@@ -94,7 +97,7 @@ class DataParallelToDDP(Transform):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.is_call(original_node, N.DATA_PARALLEL):
             return self._convert(original_node, updated_node)
-        if original_node in self._whole_saves:
+        if self._saves_wrapped(original_node):
             return self._save_module(original_node, updated_node)
         func = original_node.func
         if (
@@ -214,56 +217,46 @@ class DataParallelToDDP(Transform):
 
     # model = DDP(model); model.half() ------------------------------------------
     def _report_changes_after_wrap(self, call: cst.Call) -> None:
-        """Changes to the model's parameters after the wrap, before training: DDP registers the
-        parameters and copies rank 0's values to every rank when it is built, so a
-        head replaced afterwards gets no gradient averaging, weights initialised
-        afterwards differ per rank, and a dtype changed afterwards breaks its
-        buckets.  Reported (moving the wrap past arbitrary code is a guess)."""
-        stmt = self.statement_of(call)
-        assign = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
-        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        """Changes to the model's parameters after the wrap, before training
+        (``_analysis.changes_after_wrap``, lint's DDP202): reported, since moving
+        the wrap past arbitrary code would be a guess."""
+        wrap_line = self.position(self.statement_of(call))[0]
+        self._wrapped_lines.add(wrap_line)
+        if self._changes is None:
+            self._changes = A.changes_after_wrap(self.ast_source, N.DATA_PARALLEL)
+        changes = [c for c in self._changes if c[1] == wrap_line]
+        if not changes:
             return
-        name = P.dotted_name(assign.targets[0].target)
-        if not name:
-            return
-        reported = set()
-        trained = False
-        for later in self._statements_after(stmt):
-            if any(
-                P.dotted_name(t.target) == name and not _same_model(a.value, name)
-                for a in P.find(later, cst.Assign)
-                for t in a.targets
-            ):
-                return  # rebound: another model from here on
-            for save in P.find(later, cst.Call):
-                if (
-                    self.is_call(save, N.TORCH_SAVE)
-                    and save.args
-                    and save.args[0].keyword is None
-                    and P.dotted_name(save.args[0].value) == name
-                ):
-                    self._whole_saves[save] = name
-            if P.calls_method(later, "backward"):
-                trained = True  # changes after training (e.g. .half() to export) are harmless
-            if trained:
+        statements = {}
+        for stmt in P.find(self.module, cst.SimpleStatementLine, cst.BaseCompoundStatement):
+            statements.setdefault(self.position(stmt)[0], stmt)
+        for stmt, _, name, what in changes:
+            node = statements.get(stmt.lineno)
+            if node is None:
                 continue
-            for node, what in _parameter_changes(later, name):
-                if self.statement_of(node) in reported:
-                    continue
-                reported.add(self.statement_of(node))
-                self.manual(
-                    node,
-                    f"{name} is changed after the DDP wrap ({what}): DDP registers the parameters "
-                    "and copies rank 0's values to all ranks when it is built, so later changes "
-                    "are not synchronised (new layers get no gradient averaging, re-initialised "
-                    "weights differ per rank); do this before the wrap",
-                )
+            self.manual(
+                node,
+                f"{name} is changed after the DDP wrap ({what}): DDP registers the parameters "
+                "and copies rank 0's values to all ranks when it is built, so later changes "
+                "are not synchronised (new layers get no gradient averaging, re-initialised "
+                "weights differ per rank); do this before the wrap",
+                code="DDP202",
+            )
+
+    def _saves_wrapped(self, call: cst.Call) -> bool:
+        """``torch.save(model, ...)`` of a model whose wrap was converted."""
+        if not (self.is_call(call, N.TORCH_SAVE) and call.args and call.args[0].keyword is None):
+            return False
+        if self._saves is None:
+            self._saves = A.whole_model_saves(self.ast_source, N.DATA_PARALLEL)
+        wrap = self._saves.get(self.position(call)[0])
+        return wrap is not None and wrap[0] in self._wrapped_lines and P.dotted_name(call.args[0].value) == wrap[1]
 
     def _save_module(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         """``torch.save(model, path)`` pickled the DataParallel wrapper, which loads
         anywhere; a pickled DDP wrapper needs a process group to load.  The wrapped
         module is saved instead."""
-        name = self._whole_saves[original]
+        name = P.dotted_name(original.args[0].value)
         first = updated.args[0]
         self.changed(
             original,
@@ -274,24 +267,6 @@ class DataParallelToDDP(Transform):
         value = cst.Attribute(value=first.value, attr=cst.Name("module"))
         return updated.with_changes(args=[first.with_changes(value=value), *updated.args[1:]])
 
-    def _statements_after(self, stmt: cst.CSTNode) -> Iterator[cst.BaseStatement]:
-        """The statements that run after ``stmt`` in its function (or module): its
-        later siblings, then those of the ``if``/``with``/``try`` around it."""
-        current = stmt
-        while True:
-            block = self.parent(current)
-            body = getattr(block, "body", None)
-            if not isinstance(body, (list, tuple)) or current not in body:
-                return
-            yield from body[body.index(current) + 1 :]
-            owner = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
-            while isinstance(owner, (cst.Else, cst.ExceptHandler, cst.Finally)) or (
-                isinstance(owner, cst.If) and self.parent(owner) is not None and getattr(self.parent(owner), "orelse", None) is owner
-            ):
-                owner = self.parent(owner)  # up to the whole if/try statement
-            if not isinstance(owner, (cst.If, cst.With, cst.Try)):
-                return
-            current = owner
 
     def _isinstance(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if not self.role.in_program:
@@ -423,46 +398,3 @@ class DataParallelToDDP(Transform):
 
 #: Synchronized-BatchNorm-PyTorch's DataParallel helpers (``sync_batchnorm.replicate``)
 _DATA_PARALLEL_ONLY = frozenset({"patch_replication_callback"})  # (DataParallelWithCallback: DDP009)
-
-#: methods that change a module's parameters in place: dtype, initialisation, freezing
-_CHANGING_METHODS = {
-    "half": ".half()", "float": ".float()", "double": ".double()", "bfloat16": ".bfloat16()",
-    "apply": ".apply()", "requires_grad_": ".requires_grad_()",
-}
-
-
-def _same_model(value: cst.BaseExpression, name: str) -> bool:
-    """``model.cpu()``, ``model.to(device).eval()``: the same module object."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-        value = value.func.value
-    return P.dotted_name(value) == name and not isinstance(value, cst.Call)
-
-
-def _parameter_changes(stmt: cst.CSTNode, name: str) -> Iterator[Tuple[cst.CSTNode, str]]:
-    """Where ``stmt`` changes the parameters of the model called ``name``."""
-    owners = (name, f"{name}.module")
-    for node in P.walk(stmt):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            method = node.func.attr.value
-            if method in _CHANGING_METHODS and P.dotted_name(node.func.value) in owners:
-                yield node, _CHANGING_METHODS[method]
-        elif isinstance(node, cst.Assign):
-            for target in node.targets:
-                dotted = P.dotted_name(target.target)
-                callee = P.dotted_name(node.value.func) if isinstance(node.value, cst.Call) else ""
-                if dotted.startswith(f"{name}.") and callee.rsplit(".", 1)[-1][:1].isupper():
-                    # a new layer (a class is called): ``model.module.fc = nn.Linear(...)``
-                    yield node, f"{dotted} replaced"
-        elif isinstance(node, cst.For) and isinstance(node.iter, cst.Call):
-            func = node.iter.func
-            if (
-                isinstance(func, cst.Attribute)
-                and func.attr.value in ("parameters", "named_parameters")
-                and P.dotted_name(func.value) in owners
-                and any(
-                    isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
-                    for a in P.find(node.body, cst.Assign)
-                    for t in a.targets
-                )
-            ):
-                yield node, "requires_grad set"
