@@ -17,13 +17,16 @@ class HardWiredGPU(Rule):
     ## What it does
     In DDP code, reports a GPU chosen by a literal index: `"cuda:0"`,
     `torch.device("cuda", 1)`, `.cuda(0)`, `.to(0)`, `device_ids=[0, 1, 2, 3]`,
-    `map_location="cuda:0"`, `torch.cuda.set_device(0)`, and a constant such as
-    `DEVICE = "cuda:0"` where it is used as the device.
+    `map_location="cuda:0"`, `torch.cuda.set_device(0)`, a constant such as
+    `DEVICE = "cuda:0"` where it is used as the device, and
+    `os.environ["CUDA_VISIBLE_DEVICES"] = "0"` (one GPU) set in the script.
 
     ## Why is this bad?
     Every DDP process runs the same line, so they all pick the same GPU: N
     processes on GPU 0, the others idle, out-of-memory errors. Each process must
-    use the GPU of its `LOCAL_RANK`.
+    use the GPU of its `LOCAL_RANK`. A script that makes one GPU visible leaves
+    every other rank without a GPU at its `LOCAL_RANK` (`set_device` fails):
+    choose the GPUs on the command line (`CUDA_VISIBLE_DEVICES=0,1 torchrun ...`).
 
     ## Example
     ```python
@@ -45,7 +48,7 @@ class HardWiredGPU(Rule):
     NAME = "hard-wired-gpu"
     SEVERITY = "warning"
     MESSAGE = "GPU chosen by a literal index: every process lands on the same GPU; use the device of LOCAL_RANK"
-    TRIGGERS = (("cuda", "istributed"),)
+    TRIGGERS = (("cuda", "istributed"), ("CUDA_VISIBLE_DEVICES", "istributed"))
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
@@ -58,6 +61,14 @@ class HardWiredGPU(Rule):
             for target in node.targets
             if isinstance(target, ast.Name)
         }
+        for node in src.of_type(ast.Assign):
+            if _one_visible_gpu(src, node):
+                yield self.diagnostic(
+                    src,
+                    node,
+                    "CUDA_VISIBLE_DEVICES set to one GPU in the script: the other ranks find no GPU "
+                    "at their LOCAL_RANK; choose the GPUs on the command line",
+                )
         for call in src.calls:
             name = src.qualname(call.func)
             if name == "torch.cuda.set_device" and call.args and (
@@ -91,6 +102,20 @@ class HardWiredGPU(Rule):
                     yield self.diagnostic(src, arg)
                 elif isinstance(arg, ast.Name) and arg.id in wired:
                     yield self.diagnostic(src, arg)
+
+
+def _one_visible_gpu(src: Source, node: ast.Assign) -> bool:
+    """``os.environ["CUDA_VISIBLE_DEVICES"] = "0"``."""
+    value = node.value
+    if not (isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value.strip().isdigit()):
+        return False
+    return any(
+        isinstance(t, ast.Subscript)
+        and src.qualname(t.value) == "os.environ"
+        and isinstance(t.slice, ast.Constant)
+        and t.slice.value == "CUDA_VISIBLE_DEVICES"
+        for t in node.targets
+    )
 
 
 def _int_literal(node: ast.AST) -> bool:
