@@ -458,24 +458,41 @@ def convert_sources(
     ):
         result = results[path]
         result.output, result.findings, result.error, result.internal = output, findings, error, internal
-    if not any(
-        facts[p].has_data_loader or facts[p].torch_through_star for p, role in roles.items() if role.in_program
-    ):
-        # batches cut from a tensor by hand (pytorch/examples' word_language_model):
-        # nothing a DistributedSampler could shard
-        for path, role in roles.items():
-            if role.is_entry and not role.already_distributed and results[path].error is None:
-                results[path].findings.append(
-                    Finding(
-                        "DDP101", "note", 1, 1,
-                        "no DataLoader in this program: every rank trains on the same batches; "
-                        "give each rank its part of the data (e.g. data[rank::world_size])",
-                        "distributed-sampler", path,
-                    )
-                )
+    _unsharded_data_note(results, facts, roles)
     if verify:
         _verify(results, settings, explicit, workers, cache)
     return ConvertResult(files=list(results.values()))
+
+
+def _unsharded_data_note(results: Dict[str, FileResult], facts: Mapping[str, FileFacts], roles) -> None:
+    """A note at the entry point when nothing shards the training data: the
+    program has no DataLoader (batches cut from a tensor by hand, pytorch/examples'
+    word_language_model), or every loader was taken for evaluation and the
+    training batches come from elsewhere (a dataset's own ``get_batch()``)."""
+    program = [p for p, role in roles.items() if role.in_program]
+    if any(facts[p].torch_through_star for p in program):
+        return  # not analysed: said so already
+    if not any(facts[p].has_data_loader for p in program):
+        message = (
+            "no DataLoader in this program: every rank trains on the same batches; "
+            "give each rank its part of the data (e.g. data[rank::world_size])"
+        )
+    elif not any(
+        f.code == "DDP101" and f.kind in ("change", "manual") for p in program for f in results[p].findings
+    ) and not any(b"DistributedSampler" in results[p].source for p in program) and any(
+        facts[p].trains for p in program
+    ):
+        message = (
+            "no DataLoader here feeds training (the ones found evaluate, and stay unsharded): "
+            "if the training batches come from elsewhere (a dataset's own get_batch(), a "
+            "tensor), every rank trains on the same data; give each rank its part "
+            "(a DistributedSampler, or data[rank::world_size])"
+        )
+    else:
+        return
+    for path, role in roles.items():
+        if role.is_entry and not role.already_distributed and results[path].error is None:
+            results[path].findings.append(Finding("DDP101", "note", 1, 1, message, "distributed-sampler", path))
 
 
 def _facts_one(item) -> tuple:

@@ -106,6 +106,50 @@ def test_torch_reached_through_a_star_import_is_reported_not_skipped_silently():
     assert not any("import *" in f.message for f in only.findings)
 
 
+def _entry_notes(sources):
+    result = convert_sources(sources)
+    (entry,) = [f for f in result.files if f.role is not None and f.role.is_entry]
+    return [f.message for f in entry.findings if f.kind == "note" and f.code == "DDP101" and f.line == 1]
+
+
+TRAIN_FROM_ELSEWHERE = b"""import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(data, epochs):
+    valid_loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
+    model = nn.DataParallel(nn.Linear(4, 2)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(epochs):
+        x, y = data.get_batch()
+        nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()
+        opt.step()
+    for (x,) in valid_loader:
+        model(x.cuda())
+
+
+if __name__ == "__main__":
+    train(None, 1)
+"""
+
+
+def test_training_data_that_nothing_shards_gets_a_note():
+    """clovaai/deep-text-recognition-benchmark: the training batches come from the
+    dataset's own get_batch(), the only DataLoader validates: nothing is sharded,
+    and the report says so (it kept quiet: "a DataLoader exists")."""
+    (note,) = _entry_notes({"train.py": TRAIN_FROM_ELSEWHERE})
+    assert "no DataLoader here feeds training" in note
+    no_loader = TRAIN_FROM_ELSEWHERE.replace(b"DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)", b"[]")
+    (note,) = _entry_notes({"train.py": no_loader})
+    assert note.startswith("no DataLoader in this program")
+    # a training loader that gets its sampler: no such note
+    sharded = TRAIN_FROM_ELSEWHERE.replace(b"valid_loader = ", b"train_loader = ").replace(
+        b"in valid_loader", b"in train_loader"
+    )
+    assert _entry_notes({"train.py": sharded}) == []
+
+
 def test_non_utf8_and_non_python_files_get_a_clear_error(tmp_path):
     (tmp_path / "binary.py").write_bytes(b"import torch\n\x00\x01\x02\xff\xfe")
     (tmp_path / "latin.py").write_bytes("import torch\nx = 'é'\n".encode("latin-1"))
