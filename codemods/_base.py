@@ -288,10 +288,18 @@ class Transform(Codemod, cst.CSTTransformer):
         """``node`` runs when its module is imported (module or class level, outside
         any function and the ``__main__`` block): before the process group is up --
         unless this file is a script whose training runs at module level, where the
-        group is started right after the imports.  (Another module of the program
+        group is started right after the imports (``header_end``).  (Another module of the program
         is imported by the entry point before its ``__main__`` block starts it.)"""
-        if self.role.is_entry and self.role.entry_kind == "module":
-            return False
+        module_script = self.role.is_entry and self.role.entry_kind == "module"
+        top = None
+        for anc in self.ancestors(node):
+            if anc is self.module:
+                break
+            top = anc
+        if module_script:
+            # the setup goes in at header_end: code above it runs before
+            body = list(self.module.body)
+            return top in body and body.index(top) < header_end(body)
         for anc in self.ancestors(node):
             if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
                 return False
@@ -760,15 +768,33 @@ def _is_import(stmt: cst.CSTNode) -> bool:
 
 
 def header_end(body: Sequence[cst.CSTNode]) -> int:
-    """Index after a module's leading docstring and imports (before its first code)."""
+    """Where dp2ddp's helpers, the rank preamble and a module-level script's
+    process-group setup go: after the module's leading docstring and imports,
+    before its first code -- so that code between imports (``loader = ...``,
+    then ``import torchvision``) already finds them.  When torch itself is only
+    imported after some code, after that import (the setup needs torch)."""
     at = 0
     for index, stmt in enumerate(body):
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            break
-        if _is_import(stmt) or (index == 0 and _is_docstring(stmt)):
+        if _is_import(stmt) or (index == 0 and _is_docstring(stmt)) or _is_guarded_import(stmt):
             at = index + 1
-        elif isinstance(stmt, cst.Try) and all(
-            _is_import(s) for s in stmt.body.body
-        ):
-            at = index + 1  # try: import x / except ImportError: ...
+        else:
+            break
+    if not any(_binds_torch(stmt) for stmt in body[:at]):
+        for index in range(at, len(body)):
+            if isinstance(body[index], (cst.FunctionDef, cst.ClassDef)):
+                break
+            if _binds_torch(body[index]):
+                return index + 1
     return at
+
+
+def _is_guarded_import(stmt: cst.CSTNode) -> bool:
+    """``try: import x`` / ``except ImportError: ...``."""
+    return isinstance(stmt, cst.Try) and all(_is_import(s) for s in stmt.body.body)
+
+
+def _binds_torch(stmt: cst.CSTNode) -> bool:
+    """``import torch`` (or ``import torch.nn``, ``import torch as T``) at this statement."""
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Import()])) and any(
+        P.dotted_name(alias.name).split(".")[0] == "torch" for alias in stmt.body[0].names
+    )
