@@ -735,11 +735,15 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
     convert (on the DataParallel wraps it turns into DDP).  Changes after
     training (``.half()`` to export) are not reported."""
     found: List[Tuple[ast.stmt, int, str, str]] = []
+    trainers = _training_functions(src)
     for assign, name, later_statements in _wrapped_models(src, wrappers):
         reported: Set[ast.AST] = set()
         for later in later_statements:
-            if calls_method(later, "backward"):
-                break  # training has started
+            if calls_method(later, "backward") or any(
+                isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in trainers
+                for call in _walk_here(later)
+            ):
+                break  # training has started (here, or in train_one_epoch(model, ...))
             for node, what in _parameter_changes(later, name):
                 stmt = _statement_of(src, node)
                 if stmt not in reported:
@@ -748,13 +752,24 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
     return found
 
 
+def _training_functions(src: Source) -> Set[str]:
+    """The module's functions that call ``backward()`` (``train_one_epoch``)."""
+    return {
+        node.name
+        for node in src.tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and calls_method(node, "backward")
+    }
+
+
 def whole_model_saves(src: Source, wrappers: FrozenSet[str]) -> Dict[int, Tuple[int, str]]:
     """line of ``torch.save(model, ...)`` -> (wrap line, model), for a model that
-    was wrapped by one of ``wrappers`` earlier: the wrapper object is pickled."""
+    was wrapped by one of ``wrappers`` earlier in the same function: the wrapper
+    object is pickled.  (Not followed into helper functions: convert decides on a
+    wrap when it reaches it, after the helpers defined above it.)"""
     saves: Dict[int, Tuple[int, str]] = {}
     for assign, name, later_statements in _wrapped_models(src, wrappers):
         for later in later_statements:
-            for call in ast.walk(later):
+            for call in _walk_here(later):
                 if (
                     isinstance(call, ast.Call)
                     and src.qualname(call.func) == "torch.save"
@@ -787,6 +802,19 @@ def _until_rebound(statements: Iterator[ast.stmt], name: str) -> Iterator[ast.st
         if _rebinds(stmt, name):
             return
         yield stmt
+
+
+def _walk_here(node: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk`` that does not enter nested functions, lambdas and classes (their
+    ``model`` is another name)."""
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    todo = [] if isinstance(node, scopes) else [node]
+    while todo:
+        current = todo.pop()
+        yield current
+        for child in ast.iter_child_nodes(current):
+            if not isinstance(child, scopes):
+                todo.append(child)
 
 
 def _statements_after(src: Source, stmt: ast.stmt) -> Iterator[ast.stmt]:
@@ -831,16 +859,21 @@ def _rebinds(stmt: ast.AST, name: str) -> bool:
         isinstance(node, ast.Assign)
         and any(dotted(t) == name for t in node.targets)
         and not _same_model(node.value, name)
-        for node in ast.walk(stmt)
+        for node in _walk_here(stmt)
     )
 
 
 def _parameter_changes(stmt: ast.AST, name: str) -> Iterator[Tuple[ast.AST, str]]:
-    """Where ``stmt`` changes the parameters of the model called ``name``."""
-    owners = (name, f"{name}.module")
-    for node in ast.walk(stmt):
+    """Where ``stmt`` changes the parameters of the model called ``name`` or of
+    one of its parts (``model.module.features``)."""
+
+    def owned(node: ast.AST) -> bool:
+        owner = dotted(node)
+        return owner == name or owner.startswith(f"{name}.")
+
+    for node in _walk_here(stmt):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr in _CHANGING_METHODS and dotted(node.func.value) in owners:
+            if node.func.attr in _CHANGING_METHODS and owned(node.func.value):
                 yield node, _CHANGING_METHODS[node.func.attr]
         elif isinstance(node, ast.Assign):
             # a new layer (a class is called): ``model.module.fc = nn.Linear(8, 3)``
@@ -853,7 +886,7 @@ def _parameter_changes(stmt: ast.AST, name: str) -> Iterator[Tuple[ast.AST, str]
             if (
                 isinstance(func, ast.Attribute)
                 and func.attr in ("parameters", "named_parameters")
-                and dotted(func.value) in owners
+                and owned(func.value)
                 and any(
                     isinstance(t, ast.Attribute) and t.attr == "requires_grad"
                     for a in ast.walk(node)

@@ -284,28 +284,34 @@ class Transform(Codemod, cst.CSTTransformer):
             current = self.parent(current)
         return None
 
-    def before_process_group(self, node: cst.CSTNode) -> bool:
-        """``node`` runs when its module is imported (module or class level, outside
-        any function and the ``__main__`` block): before the process group is up --
-        unless this file is a script whose training runs at module level, where the
-        group is started right after the imports (``header_end``).  (Another module of the program
-        is imported by the entry point before its ``__main__`` block starts it.)"""
-        module_script = self.role.is_entry and self.role.entry_kind == "module"
+    def before_process_group(self, node: cst.CSTNode) -> Optional[str]:
+        """Why ``node`` runs before the process group is up, and what to do (None
+        when it runs after): code at import time (module or class level, outside
+        any function and the ``__main__`` block) in a ``__main__``-block program
+        -- another module of the program is imported by the entry point before
+        its ``__main__`` block starts the group -- or, in a script whose training
+        runs at module level, code above the point where the setup goes in
+        (``header_end``: after the imports)."""
         top = None
         for anc in self.ancestors(node):
             if anc is self.module:
                 break
             top = anc
-        if module_script:
-            # the setup goes in at header_end: code above it runs before
+        if self.role.is_entry and self.role.entry_kind == "module":
             body = list(self.module.body)
-            return top in body and body.index(top) < header_end(body)
+            if top in body and body.index(top) < header_end(body):
+                return "above the script's `import torch`, after which the process group is started: move it below"
+            return None
         for anc in self.ancestors(node):
             if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
-                return False
+                return None
             if isinstance(anc, cst.If) and P.is_main_guard(anc):
-                return False
-        return True
+                return None
+        where = "in the __main__ block" if self.role.is_entry else "by the entry point"
+        return (
+            f"at import time, before the process group is started {where}: move it into the "
+            "code that __main__ runs (e.g. main()), then convert"
+        )
 
     def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
         for anc in self.ancestors(node):
@@ -433,9 +439,8 @@ class Transform(Codemod, cst.CSTTransformer):
         """A ``device`` in scope that holds this rank's device (or is passed in)."""
         if "device" not in scope:
             return False
-        assignments = scope["device"]
-        gpu = cpu = False
-        for assignment in assignments:
+        gpu = False  # (a device that is only ever the CPU is not this rank's GPU)
+        for assignment in scope["device"]:
             node = getattr(assignment, "node", None)
             if isinstance(node, cst.Param):
                 gpu = True
@@ -450,10 +455,9 @@ class Transform(Codemod, cst.CSTTransformer):
                 if assign is not None and P.is_cpu_spec(self, assign.value):
                     # the CPU branch of `if cuda: device = cuda else: device = cpu`,
                     # like `"cuda" if ... else "cpu"` in one expression
-                    cpu = True
                     continue
             return False
-        return gpu or not cpu and bool(assignments)
+        return gpu
 
     def _assign_of(self, name: cst.Name) -> Optional[cst.Assign]:
         target = self.parent(name)

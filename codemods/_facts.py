@@ -35,14 +35,30 @@ class FileFacts:
     relative_imports: Set[Tuple[int, str]] = field(default_factory=set)
     #: (line, column, qualified name) of calls to a ``DataParallel`` that is not torch's
     local_data_parallel: List[Tuple[int, int, str]] = field(default_factory=list)
-    #: (line, module) of ``from module import *`` in a file that imports no torch
-    #: itself but uses torch's usual names: torch may come through the star, where
-    #: name resolution cannot follow it
+    #: (line, module) of ``from module import *`` in a file that uses torch's usual
+    #: names (torch, nn, DataLoader...) without binding them itself: they may come
+    #: through the star, where name resolution cannot follow
     torch_through_star: List[Tuple[int, str]] = field(default_factory=list)
 
 
 #: names a training script takes from torch (``import torch.nn as nn``, ...)
 _TORCH_NAMES = frozenset({"torch", "nn", "DataParallel", "DataLoader", "optim"})
+
+
+def _unbound(src: Source) -> Set[str]:
+    """Names the file reads but never binds (no import, assignment, def or parameter)."""
+    bound = set(src.aliases)
+    read = set()
+    for node in src.nodes:
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+    return read - bound
 
 
 def is_main_guard(node: ast.AST) -> bool:
@@ -73,13 +89,13 @@ def collect_facts(src: Source) -> FileFacts:
             else:
                 facts.imports.add(module)
                 facts.imports.update(f"{module}.{name}" for name in names)
-    if not facts.uses_torch and "import *" in src.text:
+    if "import *" in src.text:
         stars = [
             (node.lineno, "." * node.level + (node.module or ""))
             for node in src.nodes
             if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)
         ]
-        if stars and any(isinstance(node, ast.Name) and node.id in _TORCH_NAMES for node in src.nodes):
+        if stars and _unbound(src) & _TORCH_NAMES:
             facts.torch_through_star = stars
     if "DataParallel" in src.text or "data_parallel" in src.text:
         facts.mentions_data_parallel = any(

@@ -284,10 +284,12 @@ def under_main_process_check(t: "Transform", node: cst.CSTNode) -> bool:
 
 
 def is_main_guard(node: cst.CSTNode) -> bool:
-    """``if __name__ == "__main__":``."""
+    """``if __name__ == "__main__":`` (either way round, as ``_facts.is_main_guard``)."""
     if not isinstance(node, cst.If) or not m.matches(
-        node.test,
-        m.Comparison(left=m.Name("__name__"), comparisons=[m.ComparisonTarget(m.Equal(), m.SimpleString())]),
+        node.test, m.Comparison(comparisons=[m.ComparisonTarget(m.Equal())])
     ):
         return False
-    return string_value(node.test.comparisons[0].comparator) == "__main__"
+    sides = (node.test.left, node.test.comparisons[0].comparator)
+    return any(m.matches(side, m.Name("__name__")) for side in sides) and any(
+        string_value(side) == "__main__" for side in sides
+    )

@@ -151,13 +151,9 @@ class DataParallelToDDP(Transform):
                 "inference use the bare model on one device, or convert by hand",
             )
             return updated
-        if self.before_process_group(original):
-            where = "in the __main__ block" if self.role.is_entry else "by the entry point"
-            self.manual(
-                original,
-                f"DataParallel wrapped at import time, before the process group is started {where}: "
-                "move the wrap into the code that __main__ runs, then convert",
-            )
+        too_early = self.before_process_group(original)
+        if too_early:
+            self.manual(original, f"DataParallel wrapped {too_early}")
             return updated
         parent = self.parent(original)
         if isinstance(parent, cst.Call) and parent.func is original:

@@ -76,14 +76,9 @@ class DistributedSamplerTransform(Transform):
         kind, why = self.classify(original_node)
         if kind == "eval":
             return updated_node
-        if self.before_process_group(original_node):
-            # DistributedSampler asks the process group for the ranks when it is built
-            where = "in the __main__ block" if self.role.is_entry else "by the entry point"
-            self.manual(
-                original_node,
-                f"DataLoader built at import time, before the process group is started {where}: "
-                "build it in the code that __main__ runs (e.g. in main()), then convert",
-            )
+        too_early = self.before_process_group(original_node)
+        if too_early:  # DistributedSampler asks the process group for the ranks when it is built
+            self.manual(original_node, f"DataLoader built {too_early}")
             return updated_node
         if kind == "unknown":
             self.manual(
@@ -367,7 +362,7 @@ def _iterated(node: cst.BaseExpression):
         name = P.dotted_name(node.func).rsplit(".", 1)[-1]
         if name in _ITER_WRAPPERS:
             for arg in node.args[: (len(node.args) if name == "zip" else 1)]:
-                if arg.keyword is None:
+                if arg.keyword is None or arg.keyword.value == "iterable":  # tqdm(iterable=loader)
                     yield from _iterated(arg.value)
     elif isinstance(node, (cst.Name, cst.Attribute)):
         yield node

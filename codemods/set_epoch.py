@@ -75,8 +75,10 @@ class SetEpoch(Transform):
             value = assign.value if assign is not None else None
             if not (isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in _WRAPPERS):
                 return [loader]
-            inner.extend(_iterated(value))
-        # nothing behind it that is a loader (``tqdm(range(epochs))``: an epoch loop)
+            found = list(_iterated(value))
+            if not found and _over_range(value):
+                continue  # ``tqdm(range(epochs))``: an epoch loop, no loader behind it
+            inner.extend(found or [loader])
         return inner
 
     def visit_For(self, node: cst.For) -> None:
@@ -384,3 +386,9 @@ def _flatten(target):
             yield from _flatten(element.value)
     else:
         yield target
+
+
+def _over_range(wrapper: cst.Call) -> bool:
+    """``tqdm(range(n))``, ``enumerate(range(n))``: counts, not batches."""
+    first = next((a.value for a in wrapper.args if a.keyword is None or a.keyword.value == "iterable"), None)
+    return isinstance(first, cst.Call) and P.dotted_name(first.func) in ("range", "trange")

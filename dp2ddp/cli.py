@@ -7,7 +7,8 @@ Exit codes (one place, like black's ``report.py``):
 * 2 -- usage error (click's own);
 * 123 -- internal error: a bug in dp2ddp;
 * 141 -- the reader of the output went away (``dp2ddp convert . | head``), as
-  for a tool that SIGPIPE ends; quietly, and before any file was written.
+  for a tool that SIGPIPE ends; quietly (a diff is printed before anything is
+  written, so ``--write --diff`` then writes nothing).
 """
 
 from __future__ import annotations

@@ -415,19 +415,8 @@ def convert_sources(
                     "data-parallel-to-ddp", path,
                 )
                 for line, col, name in file_facts.local_data_parallel
-            ]
-            result.findings.extend(
-                Finding(
-                    "DDP001" if file_facts.mentions_data_parallel else "DDP002", "manual", line, 1,
-                    f"torch's names in this file come through `from {module} import *`, which "
-                    "dp2ddp's name resolution cannot follow, so nothing here is converted: import "
-                    "what the file uses explicitly (import torch, import torch.nn as nn, ...), "
-                    "then convert again",
-                    "data-parallel-to-ddp" if file_facts.mentions_data_parallel else "process-group-setup",
-                    path,
-                )
-                for line, module in file_facts.torch_through_star
-            )
+                if not file_facts.torch_through_star  # (then it may well be torch's)
+            ] + _star_findings(path, file_facts)
             continue
         facts[path] = file_facts
     roles = assign_roles(facts, explicit)
@@ -451,6 +440,7 @@ def convert_sources(
         result.role = role
         if not (role.in_program or facts[path].mentions_data_parallel):
             result.skipped = True  # nothing in this file takes part in the conversion
+            result.findings = _star_findings(path, facts[path])  # (or it cannot be told)
             continue
         jobs.append((path, result.source, role, settings, _nothing_to_do(facts[path])))
     for path, output, findings, error, internal in _map_cached(
@@ -458,10 +448,32 @@ def convert_sources(
     ):
         result = results[path]
         result.output, result.findings, result.error, result.internal = output, findings, error, internal
+        if facts[path].torch_through_star:
+            result.findings = [
+                f for f in findings if not (f.kind == "note" and f.message.startswith("DataParallel here is not torch's"))
+            ] + _star_findings(path, facts[path])
     _unsharded_data_note(results, facts, roles)
     if verify:
         _verify(results, settings, explicit, workers, cache)
     return ConvertResult(files=list(results.values()))
+
+
+def _star_findings(path: str, file_facts: FileFacts) -> List[Finding]:
+    """Torch's usual names that reach the file only through ``from X import *``:
+    the transforms resolve names through explicit imports and leave those alone."""
+    data_parallel = bool(file_facts.mentions_data_parallel or file_facts.local_data_parallel)
+    return [
+        Finding(
+            "DDP001" if data_parallel else "DDP002", "manual", line, 1,
+            f"torch's names in this file (torch, nn, DataLoader...) come through `from {module} "
+            "import *`, which dp2ddp's name resolution cannot follow, so what uses them is not "
+            "converted: import them explicitly (import torch, import torch.nn as nn, ...), then "
+            "convert again",
+            "data-parallel-to-ddp" if data_parallel else "process-group-setup",
+            path,
+        )
+        for line, module in file_facts.torch_through_star
+    ]
 
 
 def _unsharded_data_note(results: Dict[str, FileResult], facts: Mapping[str, FileFacts], roles) -> None:

@@ -100,10 +100,24 @@ def test_torch_reached_through_a_star_import_is_reported_not_skipped_silently():
     assert "from mylib import *" in entry.findings[0].message
     notes = [f.message for f in result.files[0].findings + entry.findings if f.kind == "note"]
     assert not any("no DataLoader" in n for n in notes)
+    assert not any("not torch's" in f.message for f in entry.findings)  # (it may well be)
     # a star import of something else in a torch script changes nothing
     plain = b"import torch\nfrom os.path import *\nmodel = torch.nn.DataParallel(net)\n"
     (only,) = convert_sources({"train.py": plain}).files
     assert not any("import *" in f.message for f in only.findings)
+    # nor in a file that binds those names itself (Flax's nn)
+    flax = b"from flax import linen as nn\nfrom utils import *\n\nif __name__ == '__main__':\n    nn.Dense(3)\n"
+    (only,) = convert_sources({"train.py": flax}).files
+    assert only.findings == []
+    # torch imported, nn from the star: what uses nn is not converted -- and said so
+    mixed = train.replace(b"from mylib import *\n", b"import torch\nfrom mylib import *\n").replace(
+        b"torch.nn.DataParallel(nn.Linear", b"nn.DataParallel(nn.Linear"
+    )
+    result = convert_sources({"mylib.py": lib, "train.py": mixed})
+    (entry,) = [f for f in result.files if f.path == "train.py"]
+    stars = [f for f in entry.findings if "import *" in f.message]
+    assert [(f.code, f.kind, f.line) for f in stars] == [("DDP001", "manual", 2)]
+    assert not any("not torch's" in f.message for f in entry.findings)
 
 
 def _entry_notes(sources):
