@@ -47,6 +47,10 @@ DDP_API = frozenset(
 )
 
 
+#: builtins that take a module as a container of its layers
+_CONTAINER_BUILTINS = frozenset({"enumerate", "len", "list", "iter", "reversed", "tuple", "zip"})
+
+
 class ModuleAccess(Transform):
     CODE = "DDP303"
     NAME = "module-access"
@@ -113,6 +117,15 @@ class ModuleAccess(Transform):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """``torch.save(model, path)`` saved the bare model; saved wrapped, it would
         be a DDP object that cannot be loaded without a process group."""
+        if m.matches(original_node.func, m.Name()) and original_node.func.value in _CONTAINER_BUILTINS:
+            # enumerate(model), len(model), list(model) of a wrapped nn.Sequential
+            args = [
+                new.with_changes(value=self._through_module(old.value, new.value))
+                if old.keyword is None and not old.star and self._is_wrapped(old.value, old.value)
+                else new
+                for old, new in zip(original_node.args, updated_node.args)
+            ]
+            return updated_node.with_changes(args=args)
         if not (self.is_call(original_node, N.TORCH_SAVE) and original_node.args):
             return updated_node
         first = original_node.args[0]
@@ -123,6 +136,25 @@ class ModuleAccess(Transform):
         new_first = updated_node.args[0]
         value = cst.Attribute(value=new_first.value, attr=cst.Name("module"))
         return updated_node.with_changes(args=[new_first.with_changes(value=value), *updated_node.args[1:]])
+
+    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.Subscript:
+        """``model[0]`` of a wrapped ``nn.Sequential``: DDP is not indexable."""
+        if not self._is_wrapped(original_node.value, original_node):
+            return updated_node
+        name = P.dotted_name(original_node.value)
+        self.changed(original_node, f"{name}[...] goes through .module (the model is wrapped in DDP now)")
+        return updated_node.with_changes(value=cst.Attribute(value=updated_node.value, attr=cst.Name("module")))
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
+        """``for layer in model`` (a wrapped ``nn.Sequential``): DDP is not iterable."""
+        if self._is_wrapped(original_node.iter, original_node.iter):
+            return updated_node.with_changes(iter=self._through_module(original_node.iter, updated_node.iter))
+        return updated_node
+
+    def _through_module(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.Attribute:
+        name = P.dotted_name(original)
+        self.changed(original, f"{name} used as a container goes through .module (the model is wrapped in DDP now)")
+        return cst.Attribute(value=updated, attr=cst.Name("module"))
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
         if original_node.attr.value in DDP_API:

@@ -188,7 +188,13 @@ class SaveOnMainProcess(MainProcessGuard):
         call = single_call(node)
         if call is None or self._saving_functions() is None:
             return
-        name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
+        func = call.func
+        if isinstance(func, cst.Name):
+            name = func.value
+        elif isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")):
+            name = func.attr.value  # a method of this class (``model.train()`` is not ``train()``)
+        else:
+            return
         if name not in self._saving_functions() or P.under_main_process_check(self, node):
             return
         func = self.enclosing_function(node)
@@ -230,7 +236,8 @@ class SaveOnMainProcess(MainProcessGuard):
         return None
 
     def _file_of(self, expr: cst.BaseExpression) -> str:
-        """The path behind a file object: ``f`` of ``with open(P) as f`` is ``P``."""
+        """The path behind a file object: ``f`` of ``with open(P) as f`` is ``P``;
+        behind a variable assigned once: ``best_path = os.path.join(d, "best.pt")``."""
         if isinstance(expr, cst.Name):
             for anc in self.ancestors(expr):
                 if isinstance(anc, cst.With):
@@ -239,7 +246,22 @@ class SaveOnMainProcess(MainProcessGuard):
                             opened = self._opened(item)
                             if opened is not None:
                                 return opened
+            value = self._only_value(expr)
+            if value is not None:
+                return self.module.code_for_node(value)
         return self.module.code_for_node(expr)
+
+    def _only_value(self, name: cst.Name) -> Optional[cst.BaseExpression]:
+        """The value of a name assigned exactly once in its scope (a pure expression)."""
+        scope = self.get_metadata(ScopeProvider, name, None)
+        if scope is None or name.value not in scope:
+            return None
+        assignments = list(scope[name.value])
+        node = getattr(assignments[0], "node", None) if len(assignments) == 1 else None
+        assign = self._assign_of(node) if isinstance(node, cst.Name) else None
+        if assign is None or len(assign.targets) != 1 or not P.is_pure(assign.value):
+            return None
+        return assign.value
 
     def _paths_loaded(self) -> Set[str]:
         if self._loaded_paths is None:
