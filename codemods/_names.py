@@ -41,6 +41,10 @@ DISTRIBUTED_SAMPLER = frozenset(
     }
 )
 TORCH_SAVE = frozenset({"torch.save"})
+#: other files a training script writes whole: the same file from every rank
+#: (sample grids of a GAN, loss plots); the path is ``fp``, the second argument,
+#: except for savefig's ``fname``
+ARTIFACT_WRITES = frozenset({"torchvision.utils.save_image", "matplotlib.pyplot.savefig"})
 TORCH_LOAD = frozenset({"torch.load"})
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
 DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})

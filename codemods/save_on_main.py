@@ -53,7 +53,7 @@ class SaveOnMainProcess(MainProcessGuard):
     CODE = "DDP302"
     NAME = "save-on-main"
     DESCRIPTION = "Guard torch.save (and the file operations after it) with a main-process check."
-    TRIGGERS = ("save",)
+    TRIGGERS = ("save",)  # (savefig, save_image too)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -68,7 +68,15 @@ class SaveOnMainProcess(MainProcessGuard):
             return "torch.save runs on the main process only (every rank holds the same weights)"
         if isinstance(stmt, cst.With) and self._with_open_save(stmt):
             return "the checkpoint file is written by the main process only"
+        if call is not None and self.is_call(call, N.ARTIFACT_WRITES) and not self._per_rank_path(call):
+            return f"{P.dotted_name(call.func)} runs on the main process only (every rank would write the same file)"
         return None
+
+    def _per_rank_path(self, call: cst.Call) -> bool:
+        """A path that names the rank (``f"samples_{rank}.png"``): each rank its own file."""
+        return any(
+            word in self.module.code_for_node(arg.value) for arg in call.args for word in ("rank", "RANK")
+        )
 
     def continues(self, stmt: cst.BaseStatement) -> bool:
         if self.starts(stmt) is not None:

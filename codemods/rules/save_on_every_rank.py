@@ -13,7 +13,9 @@ from ._base import Diagnostic, Rule
 class SaveOnEveryRank(Rule):
     """
     ## What it does
-    In DDP code, reports `torch.save` that every rank reaches: not under a
+    In DDP code, reports `torch.save` -- and the other whole files a training
+    script writes, `torchvision.utils.save_image` and `matplotlib.pyplot.savefig`
+    -- that every rank reaches: not under a
     main-process check (`if dist.get_rank() == 0:`, `if is_main_process():`,
     `if args.local_rank in [-1, 0]:`, after `if rank != 0: return`), and not in a
     function that this file only calls under such a check. A function this file
@@ -57,14 +59,23 @@ class SaveOnEveryRank(Rule):
         if not uses_distributed(src):
             return
         for call in src.calls:
-            if src.qualname(call.func) not in N.TORCH_SAVE or on_main_process_only(src, call):
+            name = src.qualname(call.func)
+            if name not in N.TORCH_SAVE and name not in N.ARTIFACT_WRITES or on_main_process_only(src, call):
                 continue
-            if len(call.args) >= 2 and (_in_memory(src, call.args[1]) or _per_rank(src, call.args[1])):
+            index = 0 if name.endswith("savefig") else 1
+            target = call.args[index] if len(call.args) > index else None
+            if target is not None and (_in_memory(src, target) or _per_rank(src, target)):
                 continue  # a BytesIO buffer, or one file per rank
             func = src.function_of(call)
             if func is not None and not _called_unguarded(src, func):
                 continue
-            yield self.diagnostic(src, call)
+            if name in N.TORCH_SAVE:
+                yield self.diagnostic(src, call)
+            else:
+                yield self.diagnostic(
+                    src, call, f"{name.rsplit('.', 1)[-1]} runs on every rank: the same file is written by "
+                    "each; write it from the main process only (if dist.get_rank() == 0)"
+                )
 
 
 def _per_rank(src: Source, target: ast.AST) -> bool:
