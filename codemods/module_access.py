@@ -83,25 +83,58 @@ class ModuleAccess(Transform):
                     self._wrapped.setdefault(func, []).append((name, line))
             else:
                 self._wrapped.setdefault(func or self.module, []).append((name, line))
-                if func is not None:
-                    self._follow_calls(func, name, line)
+                self._follow_calls(func or self.module, name, line)
 
-    def _follow_calls(self, func: cst.FunctionDef, name: str, line: int) -> None:
-        """Functions of this file that receive the wrapped model as an argument."""
+    def _follow_calls(self, scope: cst.CSTNode, name: str, line: int) -> None:
+        """Functions and methods of this file that receive the wrapped model as an
+        argument (after the wrap): ``train(model, ...)``; ``early_stopping(loss,
+        model)`` of ``early_stopping = EarlyStopping(...)`` (its ``__call__``), and
+        from there ``self.save_checkpoint(loss, model)``."""
         defs = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
-        for call in P.find(func, cst.Call):
-            if not isinstance(call.func, cst.Name) or call.func.value not in defs:
-                continue
+        classes = {s.name.value: s for s in self.module.body if isinstance(s, cst.ClassDef)}
+        instances = {}  # local name -> class, from ``x = SomeClass(...)`` in this scope
+        calls = [c for c in P.find(scope, cst.Call) if (self.enclosing_function(c) or self.module) is scope]
+        for assign in P.find(scope, cst.Assign):
+            if (
+                len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)
+                and isinstance(assign.value, cst.Call)
+                and isinstance(assign.value.func, cst.Name)
+                and assign.value.func.value in classes
+            ):
+                instances[assign.targets[0].target.value] = classes[assign.value.func.value]
+        for call in calls:
             if self.position(call)[0] <= line:
                 continue
-            callee = defs[call.func.value]
-            params = [p.name.value for p in callee.params.params]
-            for index, arg in enumerate(a for a in call.args if a.keyword is None and not a.star):
-                if P.dotted_name(arg.value) == name and index < len(params):
-                    self._wrapped.setdefault(callee, []).append((params[index], 0))
-            for arg in call.args:
-                if arg.keyword is not None and P.dotted_name(arg.value) == name:
-                    self._wrapped.setdefault(callee, []).append((arg.keyword.value, 0))
+            func = call.func
+            if isinstance(func, cst.Name) and func.value in defs:
+                self._follow_into(defs[func.value], call, name, method=False)
+            elif isinstance(func, cst.Name) and func.value in instances:
+                self._follow_into(_method(instances[func.value], "__call__"), call, name, method=True)
+            elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in instances:
+                self._follow_into(_method(instances[func.value.value], func.attr.value), call, name, method=True)
+
+    def _follow_into(self, callee: Optional[cst.FunctionDef], call: cst.Call, name: str, method: bool, depth: int = 0) -> None:
+        if callee is None:
+            return
+        params = [p.name.value for p in callee.params.params][1 if method else 0 :]
+        received = [
+            params[index]
+            for index, arg in enumerate(a for a in call.args if a.keyword is None and not a.star)
+            if P.dotted_name(arg.value) == name and index < len(params)
+        ]
+        received += [a.keyword.value for a in call.args if a.keyword is not None and P.dotted_name(a.value) == name]
+        for param in received:
+            if (param, 0) in self._wrapped.get(callee, []):
+                continue
+            self._wrapped.setdefault(callee, []).append((param, 0))
+            owner = self.parent(self.parent(callee))
+            if not method or depth >= 2 or not isinstance(owner, cst.ClassDef):
+                continue
+            for inner in P.find(callee, cst.Call):  # self.save_checkpoint(val_loss, model)
+                func = inner.func
+                if isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")):
+                    self._follow_into(_method(owner, func.attr.value), inner, param, method=True, depth=depth + 1)
 
     def _is_wrapped(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
         name = P.dotted_name(value)
@@ -204,3 +237,8 @@ class ModuleAccess(Transform):
     def _is_assign_target(self, node: cst.Attribute) -> bool:
         parent = self.parent(node)
         return isinstance(parent, cst.AssignTarget)
+
+
+def _method(cls: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
+    return next((s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)

@@ -441,6 +441,19 @@ def convert_sources(
         if not (role.in_program or facts[path].mentions_data_parallel):
             result.skipped = True  # nothing in this file takes part in the conversion
             result.findings = _star_findings(path, facts[path])  # (or it cannot be told)
+            script = facts[path].has_main_guard or facts[path].module_level_trains
+            if facts[path].trains and script and not facts[path].already_distributed:
+                # a training script whose data comes from outside the files given
+                result.findings.append(
+                    Finding(
+                        "DDP002", "note", facts[path].main_guard_line or 1, 1,
+                        "this script trains, but neither it nor the files it imports from here build "
+                        "a DataLoader or use DataParallel, so it was not converted (its data may "
+                        "come from a package outside these files); name it on the command line "
+                        "to convert it as a single-GPU script, then shard its data by hand",
+                        "process-group-setup", path,
+                    )
+                )
             continue
         jobs.append((path, result.source, role, settings, _nothing_to_do(facts[path])))
     for path, output, findings, error, internal in _map_cached(

@@ -164,6 +164,23 @@ def test_training_data_that_nothing_shards_gets_a_note():
     assert _entry_notes({"train.py": sharded}) == []
 
 
+def test_a_training_script_whose_data_comes_from_outside_is_not_skipped_silently():
+    """Walking a folder, a script that trains but builds no DataLoader and uses no
+    DataParallel (its loaders come from an installed package) is not converted --
+    it said "0 files would be converted" and nothing else; named, it converts."""
+    script = TRAIN_FROM_ELSEWHERE.replace(
+        b"    valid_loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)\n", b""
+    ).replace(b"nn.DataParallel(nn.Linear(4, 2))", b"nn.Linear(4, 2)").replace(
+        b"    for (x,) in valid_loader:\n        model(x.cuda())\n", b""
+    ).replace(b"from torch.utils.data import DataLoader, TensorDataset\n", b"from mylib.data import loaders\n")
+    (walked,) = convert_sources({"train.py": script}, explicit=set()).files
+    assert not walked.changed
+    assert [(f.code, f.kind) for f in walked.findings] == [("DDP002", "note")]
+    assert "name it on the command line" in walked.findings[0].message
+    (named,) = convert_sources({"train.py": script}, explicit={"train.py"}).files
+    assert named.changed and not any("name it on the command line" in f.message for f in named.findings)
+
+
 def test_non_utf8_and_non_python_files_get_a_clear_error(tmp_path):
     (tmp_path / "binary.py").write_bytes(b"import torch\n\x00\x01\x02\xff\xfe")
     (tmp_path / "latin.py").write_bytes("import torch\nx = 'é'\n".encode("latin-1"))
