@@ -667,20 +667,57 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
     and convert (set-epoch, which reports the spot)."""
     found: List[Tuple[ast.If, Set[str]]] = []
     seen: Set[int] = set()
+    trainers = _training_functions(src)
     for loop in src.of_type(ast.For, ast.While):
-        if not any(
+        trains_here = any(
             isinstance(n, (ast.For, ast.While)) and calls_method(n, "backward") for n in ast.walk(loop) if n is not loop
-        ):
+        )
+        # ``train_loss = train_one_epoch(model, loader, opt)``: what a training function returns
+        from_trainers = {
+            dotted(t)
+            for n in ast.walk(loop)
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+            and n.value.func.id in trainers
+            for target in n.targets
+            for t in ast.walk(target)
+            if isinstance(t, (ast.Name, ast.Attribute))
+        } - {""}
+        if not trains_here and not from_trainers:
             continue  # not an epoch loop around a training loop
-        local = _shard_values(loop)
+        local = _shard_values(loop) | _derived(loop, from_trainers)
         if not local:
             continue
+        # ``early_stopping(train_loss, model)`` ... ``if early_stopping.early_stop: break``
+        objects = {
+            n.func.id
+            for n in ast.walk(loop)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id not in trainers
+            and any(_names(a) & local for a in n.args)
+        }
         for node in ast.walk(loop):
-            if isinstance(node, ast.If) and id(node) not in seen and _names(node.test) & local:
-                if any(isinstance(n, (ast.Break, ast.Return)) for stmt in node.body for n in ast.walk(stmt)):
-                    seen.add(id(node))
-                    found.append((node, _names(node.test) & local))
+            if not isinstance(node, ast.If) or id(node) in seen:
+                continue
+            names = {n for n in _names(node.test) if n in local or n.split(".")[0] in objects}
+            names = {n for n in names if not any(o.startswith(n + ".") for o in names)}
+            if names and any(isinstance(n, (ast.Break, ast.Return)) for stmt in node.body for n in ast.walk(stmt)):
+                seen.add(id(node))
+                found.append((node, names))
     return found
+
+
+def _derived(loop: ast.AST, local: Set[str]) -> Set[str]:
+    """``local`` and the names computed from them in ``loop``."""
+    local = set(local)
+    changed = True
+    while changed and local:
+        changed = False
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Assign) and _names(node.value) & local:
+                for target in node.targets:
+                    for name in {dotted(t) for t in ast.walk(target) if isinstance(t, ast.Name)} - local - {""}:
+                        local.add(name)
+                        changed = True
+    return local
 
 
 def _names(node: ast.AST) -> Set[str]:

@@ -295,6 +295,9 @@ class SetEpoch(Transform):
             if known in ("eval", "other"):
                 continue
             self._plan(loop, arg_name, loop.target.value, known != "ours", ("top", loop))
+            if loop not in self._stops_checked:  # the caller's epoch loop may stop early
+                self._stops_checked.add(loop)
+                self._report_rank_local_stops(loop)
             placed = True
         return placed
 

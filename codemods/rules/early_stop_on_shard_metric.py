@@ -14,9 +14,12 @@ class EarlyStopOnShardMetric(Rule):
     In DDP code, reports a `break` or `return` that leaves the training loop on a
     value computed from this rank's batches: a name assigned in a loop that calls
     `backward()` from a loss, an accuracy or an `.item()` (`running_loss +=
-    loss.item()`), or computed from such a name (`train_loss = running_loss /
-    len(loader)`). Counters (`step += 1`) are not metrics: every rank takes the
-    same number of steps.
+    loss.item()`), what a training function of the file returns (`train_loss =
+    train_one_epoch(...)`), or computed from such a name (`train_loss =
+    running_loss / len(loader)`) -- also through an object it is handed to
+    (`early_stopping(train_loss, model)` ... `if early_stopping.early_stop:`).
+    Counters (`step += 1`) are not metrics: every rank takes the same number of
+    steps.
 
     ## Why is this bad?
     Each rank sees its own shard of the data, so each computes a different
