@@ -932,3 +932,60 @@ def _parameter_changes(stmt: ast.AST, name: str) -> Iterator[Tuple[ast.AST, str]
                 )
             ):
                 yield node, "requires_grad set"
+
+
+# ------------------------------------------------------------------ GPU indices
+def literal_gpu_indices(src: Source) -> List[Tuple[ast.Assign, str, int]]:
+    """``(assignment, name, index)`` for ``gpu_id = 0`` whose name is then used as
+    a device -- ``.to(gpu_id)``, ``.cuda(gpu_id)``, ``device=gpu_id`` -- in its
+    scope, or in a function of the file it is passed to (PyTorch's own
+    single-GPU tutorial: ``device = 0; main(device)``, ``model.to(gpu_id)``).
+    Shared by lint (DDP005) and convert (rank-device, which reports it)."""
+    functions = {
+        node.name: node for node in src.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    found: List[Tuple[ast.Assign, str, int]] = []
+    for assign in src.of_type(ast.Assign):
+        value = assign.value
+        if not (
+            len(assign.targets) == 1
+            and isinstance(assign.targets[0], ast.Name)
+            and isinstance(value, ast.Constant)
+            and type(value.value) is int
+        ):
+            continue
+        name = assign.targets[0].id
+        scope = src.function_of(assign) or src.tree
+        calls = [c for c in _walk_here_body(scope) if isinstance(c, ast.Call)]
+        used = any(_device_use(c, name) for c in calls)
+        for call in calls:
+            callee = functions.get(call.func.id) if isinstance(call.func, ast.Name) else None
+            if used or callee is None:
+                continue
+            params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
+            passed = [params[i] for i, a in enumerate(call.args) if i < len(params) and isinstance(a, ast.Name) and a.id == name]
+            passed += [k.arg for k in call.keywords if k.arg and isinstance(k.value, ast.Name) and k.value.id == name]
+            used = any(
+                _device_use(c, param) for param in passed for c in _walk_here_body(callee) if isinstance(c, ast.Call)
+            )
+        if used:
+            found.append((assign, name, value.value))
+    return found
+
+
+def _walk_here_body(scope: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function's (or module's) own code, not of the functions in it."""
+    for stmt in getattr(scope, "body", []):
+        yield from _walk_here(stmt)
+
+
+def _device_use(call: ast.Call, name: str) -> bool:
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in ("to", "cuda") and call.args:
+        first = call.args[0]
+        if isinstance(first, ast.Name) and first.id == name:
+            return True
+    return any(
+        k.arg in ("device", "map_location") and isinstance(k.value, ast.Name) and k.value.id == name
+        for k in call.keywords
+    )

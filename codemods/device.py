@@ -38,6 +38,7 @@ from typing import Set, Union
 import libcst as cst
 import libcst.matchers as m
 
+from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
@@ -69,6 +70,28 @@ class RankDevice(Transform):
                 value = P.string_value(sub) or ""
                 if value.startswith("cuda:") and value[5:].isdigit() and value[5:] != "0":
                     self._mark_multi_gpu(sub)
+        self._report_gpu_indices()
+
+    def _report_gpu_indices(self) -> None:
+        """``device = 0; main(device)`` ... ``model.to(gpu_id)``: an integer GPU index
+        used as the device (``_analysis.literal_gpu_indices``, lint's DDP005).
+        Reported: the name may be an index elsewhere too (``device_ids=[gpu_id]``,
+        log lines), so rewriting its value is for a human."""
+        found = A.literal_gpu_indices(self.ast_source)
+        if not found:
+            return
+        statements = {}
+        for stmt in P.find(self.module, cst.SimpleStatementLine):
+            statements.setdefault(self.position(stmt)[0], stmt)
+        for assign, name, index in found:
+            stmt = statements.get(assign.lineno)
+            if stmt is not None and not self._in_multi_gpu(stmt):
+                self.manual(
+                    stmt,
+                    f"GPU {index} chosen by its index ({name} = {index}, used as the device): every "
+                    f"process would use that GPU; give it this process's device instead "
+                    f"(int(os.environ['LOCAL_RANK']), or a CPU fallback when there is no GPU)",
+                )
 
     def _mark_multi_gpu(self, node: cst.CSTNode) -> None:
         owner = self.enclosing_function(node) or self.module

@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Iterator
 
-from .._analysis import Source, keyword, last_name, uses_distributed
+from .._analysis import Source, keyword, last_name, literal_gpu_indices, uses_distributed
 from ._base import Diagnostic, Rule
 
 _CUDA_INDEX = re.compile(r"^cuda:\d+$")
@@ -18,7 +18,8 @@ class HardWiredGPU(Rule):
     In DDP code, reports a GPU chosen by a literal index: `"cuda:0"`,
     `torch.device("cuda", 1)`, `.cuda(0)`, `.to(0)`, `device_ids=[0, 1, 2, 3]`,
     `map_location="cuda:0"`, `torch.cuda.set_device(0)`, a constant such as
-    `DEVICE = "cuda:0"` where it is used as the device, and
+    `DEVICE = "cuda:0"` or `gpu_id = 0` where it is used as the device (also in a
+    function of the file it is passed to: `device = 0; main(device)`), and
     `os.environ["CUDA_VISIBLE_DEVICES"] = "0"` (one GPU) set in the script.
 
     ## Why is this bad?
@@ -48,7 +49,7 @@ class HardWiredGPU(Rule):
     NAME = "hard-wired-gpu"
     SEVERITY = "warning"
     MESSAGE = "GPU chosen by a literal index: every process lands on the same GPU; use the device of LOCAL_RANK"
-    TRIGGERS = (("cuda", "istributed"), ("CUDA_VISIBLE_DEVICES", "istributed"))
+    TRIGGERS = (("cuda", "istributed"), ("CUDA_VISIBLE_DEVICES", "istributed"), (".to(", "istributed"))
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
@@ -61,6 +62,13 @@ class HardWiredGPU(Rule):
             for target in node.targets
             if isinstance(target, ast.Name)
         }
+        for assign, name, index in literal_gpu_indices(src):
+            yield self.diagnostic(
+                src,
+                assign,
+                f"GPU {index} chosen by its index ({name} = {index}, used as the device): every "
+                "process lands on that GPU; use the device of LOCAL_RANK",
+            )
         for node in src.of_type(ast.Assign):
             if _one_visible_gpu(src, node):
                 yield self.diagnostic(
