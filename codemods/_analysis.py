@@ -938,12 +938,11 @@ def _parameter_changes(stmt: ast.AST, name: str) -> Iterator[Tuple[ast.AST, str]
 def literal_gpu_indices(src: Source) -> List[Tuple[ast.Assign, str, int]]:
     """``(assignment, name, index)`` for ``gpu_id = 0`` whose name is then used as
     a device -- ``.to(gpu_id)``, ``.cuda(gpu_id)``, ``device=gpu_id`` -- in its
-    scope, or in a function of the file it is passed to (PyTorch's own
-    single-GPU tutorial: ``device = 0; main(device)``, ``model.to(gpu_id)``).
-    Shared by lint (DDP005) and convert (rank-device, which reports it)."""
-    functions = {
-        node.name: node for node in src.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
+    scope, or in the functions and classes of the file it is passed to, a few
+    calls deep (PyTorch's own single-GPU tutorial: ``device = 0; main(device)``,
+    ``Trainer(..., device, ...)``, ``self.gpu_id = gpu_id``,
+    ``self.model = model.to(gpu_id)``).  Shared by lint (DDP005) and convert
+    (rank-device, which reports it)."""
     found: List[Tuple[ast.Assign, str, int]] = []
     for assign in src.of_type(ast.Assign):
         value = assign.value
@@ -955,22 +954,43 @@ def literal_gpu_indices(src: Source) -> List[Tuple[ast.Assign, str, int]]:
         ):
             continue
         name = assign.targets[0].id
-        scope = src.function_of(assign) or src.tree
-        calls = [c for c in _walk_here_body(scope) if isinstance(c, ast.Call)]
-        used = any(_device_use(c, name) for c in calls)
-        for call in calls:
-            callee = functions.get(call.func.id) if isinstance(call.func, ast.Name) else None
-            if used or callee is None:
-                continue
-            params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
-            passed = [params[i] for i, a in enumerate(call.args) if i < len(params) and isinstance(a, ast.Name) and a.id == name]
-            passed += [k.arg for k in call.keywords if k.arg and isinstance(k.value, ast.Name) and k.value.id == name]
-            used = any(
-                _device_use(c, param) for param in passed for c in _walk_here_body(callee) if isinstance(c, ast.Call)
-            )
-        if used:
+        if _reaches_device(src, src.function_of(assign) or src.tree, name, None, 0):
             found.append((assign, name, value.value))
     return found
+
+
+def _reaches_device(src: Source, scope: ast.AST, name: str, cls: Optional[ast.ClassDef], depth: int) -> bool:
+    """``name`` (a variable, or ``self.attr``) is used as a device in ``scope``'s
+    own code, or reaches a device use through the calls there."""
+    defs = {n.name: n for n in src.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    calls = [c for c in _walk_here_body(scope) if isinstance(c, ast.Call)]
+    if any(_device_use(c, name) for c in calls):
+        return True
+    if depth >= 3:
+        return False
+    if cls is not None:  # self.gpu_id = gpu_id: the attribute, in every method of the class
+        for node in _walk_here_body(scope):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == name:
+                attributes = [dotted(t) for t in node.targets if dotted(t).startswith("self.")]
+                for method in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+                    if any(_reaches_device(src, method, a, cls, depth + 1) for a in attributes):
+                        return True
+    for call in calls:
+        callee = defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        if callee is None:
+            continue
+        owner = None
+        if isinstance(callee, ast.ClassDef):  # Trainer(model, data, optimizer, gpu_id)
+            owner = callee
+            callee = next((n for n in callee.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+            if callee is None:
+                continue
+        params = [a.arg for a in callee.args.posonlyargs + callee.args.args][1 if owner else 0 :]
+        passed = [params[i] for i, a in enumerate(call.args) if i < len(params) and dotted(a) == name]
+        passed += [k.arg for k in call.keywords if k.arg and dotted(k.value) == name]
+        if any(_reaches_device(src, callee, param, owner, depth + 1) for param in passed):
+            return True
+    return False
 
 
 def _walk_here_body(scope: ast.AST) -> Iterator[ast.AST]:
@@ -982,10 +1002,6 @@ def _walk_here_body(scope: ast.AST) -> Iterator[ast.AST]:
 def _device_use(call: ast.Call, name: str) -> bool:
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in ("to", "cuda") and call.args:
-        first = call.args[0]
-        if isinstance(first, ast.Name) and first.id == name:
+        if dotted(call.args[0]) == name:
             return True
-    return any(
-        k.arg in ("device", "map_location") and isinstance(k.value, ast.Name) and k.value.id == name
-        for k in call.keywords
-    )
+    return any(k.arg in ("device", "map_location") and dotted(k.value) == name for k in call.keywords)

@@ -425,7 +425,7 @@ class Transform(Codemod, cst.CSTTransformer):
         if what == "device":
             if self._usable_device(scope):
                 return "device"
-            if "device" in scope and not self._preamble_has(owner, "device"):
+            if "device" in scope and not self._preamble_has(owner, "device") and not self._unused_here(scope, "device"):
                 return None  # a different "device" is in scope: don't guess
             self._need(owner, "local_rank", scope)
             self._need(owner, "device", scope)
@@ -434,6 +434,16 @@ class Transform(Codemod, cst.CSTTransformer):
             self._need(owner, "local_rank", scope)
             return "local_rank"
         raise ValueError(what)
+
+    @staticmethod
+    def _unused_here(scope, name: str) -> bool:
+        """A function that neither reads nor assigns ``name`` itself (a module-level
+        ``device = 0`` is in scope, unused): a local one of ours shadows nothing it uses."""
+        return (
+            isinstance(scope, FunctionScope)
+            and not list(scope.accesses[name])
+            and not list(scope.assignments[name])
+        )
 
     def _usable_device(self, scope) -> bool:
         """A ``device`` in scope that holds this rank's device (or is passed in)."""

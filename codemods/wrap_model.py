@@ -79,11 +79,14 @@ class WrapModel(Transform):
                 "with DistributedDataParallel by hand (DDP around it would nest two wrappers)",
             )
             return
-        local_rank = self.rank_name(node, "local_rank")
         target = cst.parse_expression(model)
         moved = self.already_moved(target, node)
         device = None if moved else self.rank_name(node, "device")  # only when it is used
-        if local_rank is None or (device is None and not moved):
+        if device is None and not moved:  # (before local_rank: no preamble for nothing)
+            self.manual(node, f"wrap {model} in DistributedDataParallel by hand")
+            return
+        local_rank = self.rank_name(node, "local_rank")
+        if local_rank is None:
             self.manual(node, f"wrap {model} in DistributedDataParallel by hand")
             return
         module_code = model if moved else f"{model}.to({device})"
