@@ -667,21 +667,30 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
     and convert (set-epoch, which reports the spot)."""
     found: List[Tuple[ast.If, Set[str]]] = []
     seen: Set[int] = set()
+    if "backward" not in src.text:
+        return found  # nothing trains here
     trainers = _training_functions(src)
+    # the loops that hold a backward() call, and those around them: one pass up
+    # from each call (asking every loop about its subtree was quadratic)
+    around_training: Set[ast.AST] = set()
+    for call in src.calls:
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "backward":
+            loops = [anc for anc in src.ancestors(call) if isinstance(anc, (ast.For, ast.While))]
+            around_training.update(loops[1:])  # every loop around the innermost one
     for loop in src.of_type(ast.For, ast.While):
-        trains_here = any(
-            isinstance(n, (ast.For, ast.While)) and calls_method(n, "backward") for n in ast.walk(loop) if n is not loop
-        )
+        trains_here = loop in around_training
         # ``train_loss = train_one_epoch(model, loader, opt)``: what a training function returns
-        from_trainers = {
-            dotted(t)
-            for n in ast.walk(loop)
-            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
-            and n.value.func.id in trainers
-            for target in n.targets
-            for t in ast.walk(target)
-            if isinstance(t, (ast.Name, ast.Attribute))
-        } - {""}
+        from_trainers = set()
+        if trainers:
+            from_trainers = {
+                dotted(t)
+                for n in ast.walk(loop)
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+                and n.value.func.id in trainers
+                for target in n.targets
+                for t in ast.walk(target)
+                if isinstance(t, (ast.Name, ast.Attribute))
+            } - {""}
         if not trains_here and not from_trainers:
             continue  # not an epoch loop around a training loop
         local = _shard_values(loop) | _derived(loop, from_trainers)
@@ -790,12 +799,18 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
 
 
 def _training_functions(src: Source) -> Set[str]:
-    """The module's functions that call ``backward()`` (``train_one_epoch``)."""
-    return {
-        node.name
-        for node in src.tree.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and calls_method(node, "backward")
-    }
+    """The module's functions that call ``backward()`` (``train_one_epoch``): the
+    outermost function around each ``backward()`` call, when it is the module's."""
+    names: Set[str] = set()
+    for call in src.calls:
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "backward":
+            top = None
+            for anc in src.ancestors(call):
+                if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    top = anc
+            if top is not None and src.parent(top) is src.tree:
+                names.add(top.name)
+    return names
 
 
 def whole_model_saves(src: Source, wrappers: FrozenSet[str]) -> Dict[int, Tuple[int, str]]:
@@ -944,53 +959,80 @@ def literal_gpu_indices(src: Source) -> List[Tuple[ast.Assign, str, int]]:
     ``self.model = model.to(gpu_id)``).  Shared by lint (DDP005) and convert
     (rank-device, which reports it)."""
     found: List[Tuple[ast.Assign, str, int]] = []
+    # a device use of some name first: most files have none, and are done here
+    if not any(_device_use(call, None) for call in src.calls):
+        return found
+    flow = _DeviceFlow(src)
     for assign in src.of_type(ast.Assign):
         value = assign.value
-        if not (
+        if (
             len(assign.targets) == 1
             and isinstance(assign.targets[0], ast.Name)
             and isinstance(value, ast.Constant)
             and type(value.value) is int
         ):
-            continue
-        name = assign.targets[0].id
-        if _reaches_device(src, src.function_of(assign) or src.tree, name, None, 0):
-            found.append((assign, name, value.value))
+            name = assign.targets[0].id
+            if flow.reaches(src.function_of(assign) or src.tree, name, None, 0):
+                found.append((assign, name, value.value))
     return found
 
 
-def _reaches_device(src: Source, scope: ast.AST, name: str, cls: Optional[ast.ClassDef], depth: int) -> bool:
-    """``name`` (a variable, or ``self.attr``) is used as a device in ``scope``'s
-    own code, or reaches a device use through the calls there."""
-    defs = {n.name: n for n in src.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    calls = [c for c in _walk_here_body(scope) if isinstance(c, ast.Call)]
-    if any(_device_use(c, name) for c in calls):
-        return True
-    if depth >= 3:
-        return False
-    if cls is not None:  # self.gpu_id = gpu_id: the attribute, in every method of the class
-        for node in _walk_here_body(scope):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == name:
-                attributes = [dotted(t) for t in node.targets if dotted(t).startswith("self.")]
-                for method in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
-                    if any(_reaches_device(src, method, a, cls, depth + 1) for a in attributes):
-                        return True
-    for call in calls:
-        callee = defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
-        if callee is None:
-            continue
-        owner = None
-        if isinstance(callee, ast.ClassDef):  # Trainer(model, data, optimizer, gpu_id)
-            owner = callee
-            callee = next((n for n in callee.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+class _DeviceFlow:
+    """Whether a name reaches a device use (``literal_gpu_indices``), with each
+    scope's calls and answers kept: a file has many ``i = 0``."""
+
+    def __init__(self, src: Source) -> None:
+        self.defs = {
+            n.name: n for n in src.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        }
+        self._calls: Dict[int, List[ast.Call]] = {}
+        self._known: Dict[Tuple[int, str], bool] = {}
+
+    def calls(self, scope: ast.AST) -> List[ast.Call]:
+        calls = self._calls.get(id(scope))
+        if calls is None:
+            calls = self._calls[id(scope)] = [c for c in _walk_here_body(scope) if isinstance(c, ast.Call)]
+        return calls
+
+    def reaches(self, scope: ast.AST, name: str, cls: Optional[ast.ClassDef], depth: int) -> bool:
+        key = (id(scope), name)
+        if key not in self._known:
+            self._known[key] = False  # (recursion: not until shown)
+            self._known[key] = self._reaches(scope, name, cls, depth)
+        return self._known[key]
+
+    def _reaches(self, scope: ast.AST, name: str, cls: Optional[ast.ClassDef], depth: int) -> bool:
+        calls = self.calls(scope)
+        if any(_device_use(c, name) for c in calls):
+            return True
+        if depth >= 3:
+            return False
+        if cls is not None:  # self.gpu_id = gpu_id: the attribute, in every method of the class
+            for node in _walk_here_body(scope):
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == name:
+                    attributes = [dotted(t) for t in node.targets if dotted(t).startswith("self.")]
+                    for method in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+                        if any(self.reaches(method, a, cls, depth + 1) for a in attributes):
+                            return True
+        for call in calls:
+            callee = self.defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
             if callee is None:
                 continue
-        params = [a.arg for a in callee.args.posonlyargs + callee.args.args][1 if owner else 0 :]
-        passed = [params[i] for i, a in enumerate(call.args) if i < len(params) and dotted(a) == name]
-        passed += [k.arg for k in call.keywords if k.arg and dotted(k.value) == name]
-        if any(_reaches_device(src, callee, param, owner, depth + 1) for param in passed):
-            return True
-    return False
+            passed_args = [i for i, a in enumerate(call.args) if dotted(a) == name]
+            passed_keywords = [k.arg for k in call.keywords if k.arg and dotted(k.value) == name]
+            if not passed_args and not passed_keywords:
+                continue
+            owner = None
+            if isinstance(callee, ast.ClassDef):  # Trainer(model, data, optimizer, gpu_id)
+                owner = callee
+                callee = next((n for n in callee.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+                if callee is None:
+                    continue
+            params = [a.arg for a in callee.args.posonlyargs + callee.args.args][1 if owner else 0 :]
+            passed = [params[i] for i in passed_args if i < len(params)] + passed_keywords
+            if any(self.reaches(callee, param, owner, depth + 1) for param in passed):
+                return True
+        return False
 
 
 def _walk_here_body(scope: ast.AST) -> Iterator[ast.AST]:
@@ -999,9 +1041,16 @@ def _walk_here_body(scope: ast.AST) -> Iterator[ast.AST]:
         yield from _walk_here(stmt)
 
 
-def _device_use(call: ast.Call, name: str) -> bool:
+def _device_use(call: ast.Call, name: Optional[str]) -> bool:
+    """``call`` uses ``name`` as a device (None: any name or ``self.attr``)."""
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in ("to", "cuda") and call.args:
-        if dotted(call.args[0]) == name:
+        used = dotted(call.args[0])
+        if used and (name is None or used == name):
             return True
-    return any(k.arg in ("device", "map_location") and dotted(k.value) == name for k in call.keywords)
+    for k in call.keywords:
+        if k.arg in ("device", "map_location"):
+            used = dotted(k.value)
+            if used and (name is None or used == name):
+                return True
+    return False
