@@ -669,7 +669,20 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
     seen: Set[int] = set()
     if "backward" not in src.text:
         return found  # nothing trains here
-    trainers = _training_functions(src)
+    # what a training function returns is the rank's own, unless it all-reduces
+    trainers = {
+        name for name, func in _training_functions(src).items()
+        if not any(last_name(c.func) in ("all_reduce", "reduce", "all_gather") for c in ast.walk(func) if isinstance(c, ast.Call))
+    }
+    # objects of this file's classes (``early_stopping = EarlyStopping(...)``)
+    classes = {n.name for n in src.tree.body if isinstance(n, ast.ClassDef)}
+    instances = {
+        t.id
+        for n in src.of_type(ast.Assign)
+        if isinstance(n.value, ast.Call) and (last_name(n.value.func) in classes or last_name(n.value.func)[:1].isupper())
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
     # the loops that hold a backward() call, and those around them: one pass up
     # from each call (asking every loop about its subtree was quadratic)
     around_training: Set[ast.AST] = set()
@@ -700,13 +713,13 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
         objects = {
             n.func.id
             for n in ast.walk(loop)
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id not in trainers
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in instances
             and any(_names(a) & local for a in n.args)
         }
         for node in ast.walk(loop):
             if not isinstance(node, ast.If) or id(node) in seen:
                 continue
-            names = {n for n in _names(node.test) if n in local or n.split(".")[0] in objects}
+            names = {n for n in _names(node.test) if n in local or "." in n and n.split(".")[0] in objects}
             names = {n for n in names if not any(o.startswith(n + ".") for o in names)}
             if names and any(isinstance(n, (ast.Break, ast.Return)) for stmt in node.body for n in ast.walk(stmt)):
                 seen.add(id(node))
@@ -798,10 +811,10 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
     return found
 
 
-def _training_functions(src: Source) -> Set[str]:
+def _training_functions(src: Source) -> Dict[str, ast.AST]:
     """The module's functions that call ``backward()`` (``train_one_epoch``): the
     outermost function around each ``backward()`` call, when it is the module's."""
-    names: Set[str] = set()
+    functions: Dict[str, ast.AST] = {}
     for call in src.calls:
         if isinstance(call.func, ast.Attribute) and call.func.attr == "backward":
             top = None
@@ -809,8 +822,8 @@ def _training_functions(src: Source) -> Set[str]:
                 if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     top = anc
             if top is not None and src.parent(top) is src.tree:
-                names.add(top.name)
-    return names
+                functions[top.name] = top
+    return functions
 
 
 def whole_model_saves(src: Source, wrappers: FrozenSet[str]) -> Dict[int, Tuple[int, str]]:
@@ -972,7 +985,8 @@ def literal_gpu_indices(src: Source) -> List[Tuple[ast.Assign, str, int]]:
             and type(value.value) is int
         ):
             name = assign.targets[0].id
-            if flow.reaches(src.function_of(assign) or src.tree, name, None, 0):
+            scope = src.function_of(assign) or src.tree
+            if flow.assigned_once(scope, name) and flow.reaches(scope, name, None, 0):
                 found.append((assign, name, value.value))
     return found
 
@@ -987,6 +1001,20 @@ class _DeviceFlow:
         }
         self._calls: Dict[int, List[ast.Call]] = {}
         self._known: Dict[Tuple[int, str], bool] = {}
+
+    def assigned_once(self, scope: ast.AST, name: str, initial: int = 1) -> bool:
+        """``name`` is bound ``initial`` times in the scope's own code (a default that
+        a later ``local_rank = int(os.environ[...])`` replaces is no fixed GPU)."""
+        bound = sum(
+            1
+            for node in _walk_here_body(scope)
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.withitem))
+            for target in (node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None) or getattr(node, "optional_vars", None)])
+            if target is not None
+            for t in ast.walk(target)
+            if isinstance(t, ast.Name) and t.id == name
+        )
+        return bound == initial
 
     def calls(self, scope: ast.AST) -> List[ast.Call]:
         calls = self._calls.get(id(scope))
@@ -1030,6 +1058,7 @@ class _DeviceFlow:
                     continue
             params = [a.arg for a in callee.args.posonlyargs + callee.args.args][1 if owner else 0 :]
             passed = [params[i] for i in passed_args if i < len(params)] + passed_keywords
+            passed = [p for p in passed if self.assigned_once(callee, p, initial=0)]  # never reassigned
             if any(self.reaches(callee, param, owner, depth + 1) for param in passed):
                 return True
         return False

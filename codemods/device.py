@@ -245,7 +245,9 @@ class RankDevice(Transform):
             self.manual(original_node, "device assignment where LOCAL_RANK cannot be read")
             return updated_node
         spec = f'f"cuda:{{{local_rank}}}" if {test_code} else "cpu"'
-        if self.is_call(value, N.TORCH_DEVICE):
+        if self.is_call(value, N.TORCH_DEVICE) or self.is_call(body, N.TORCH_DEVICE):
+            # torch.device(...), or torch.device("cuda") if ... else torch.device("cpu"):
+            # still a torch.device (device.type in autocast/GradScaler)
             spec = f"{torch_name}.device({spec})"
         self.explicit_gpu_note(body)
         self.changed(original_node, "the device is this process's GPU (LOCAL_RANK), CPU without one")

@@ -85,15 +85,17 @@ class ModuleAccess(Transform):
                 self._wrapped.setdefault(func or self.module, []).append((name, line))
                 self._follow_calls(func or self.module, name, line)
 
-    def _follow_calls(self, scope: cst.CSTNode, name: str, line: int) -> None:
-        """Functions and methods of this file that receive the wrapped model as an
-        argument (after the wrap): ``train(model, ...)``; ``early_stopping(loss,
-        model)`` of ``early_stopping = EarlyStopping(...)`` (its ``__call__``), and
-        from there ``self.save_checkpoint(loss, model)``."""
+    def _follow_calls(self, scope: cst.CSTNode, name: str, line: int, cls: Optional[cst.ClassDef] = None, depth: int = 0) -> None:
+        """Functions, classes and methods of this file that receive the wrapped model
+        (after the wrap), a few calls deep: ``train(model, ...)`` and what it calls
+        with it; ``Trainer(model, ...)`` whose ``__init__`` keeps it as ``self.model``;
+        ``early_stopping(loss, model)`` of ``early_stopping = EarlyStopping(...)`` (its
+        ``__call__``), and from there ``self.save_checkpoint(loss, model)``."""
+        if depth >= 3:
+            return
         defs = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
         classes = {s.name.value: s for s in self.module.body if isinstance(s, cst.ClassDef)}
         instances = {}  # local name -> class, from ``x = SomeClass(...)`` in this scope
-        calls = [c for c in P.find(scope, cst.Call) if (self.enclosing_function(c) or self.module) is scope]
         for assign in P.find(scope, cst.Assign):
             if (
                 len(assign.targets) == 1
@@ -103,21 +105,56 @@ class ModuleAccess(Transform):
                 and assign.value.func.value in classes
             ):
                 instances[assign.targets[0].target.value] = classes[assign.value.func.value]
-        for call in calls:
-            if self.position(call)[0] <= line:
+        for call in P.find(scope, cst.Call):
+            if (self.enclosing_function(call) or self.module) is not scope or self.position(call)[0] <= line:
                 continue
             func = call.func
             if isinstance(func, cst.Name) and func.value in defs:
-                self._follow_into(defs[func.value], call, name, method=False)
+                if self._called_before(defs[func.value], scope, line):
+                    continue
+                self._follow_into(defs[func.value], call, name, None, depth)
+            elif isinstance(func, cst.Name) and func.value in classes:
+                self._follow_into(_method(classes[func.value], "__init__"), call, name, classes[func.value], depth)
             elif isinstance(func, cst.Name) and func.value in instances:
-                self._follow_into(_method(instances[func.value], "__call__"), call, name, method=True)
+                self._follow_into(_method(instances[func.value], "__call__"), call, name, instances[func.value], depth)
             elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in instances:
-                self._follow_into(_method(instances[func.value.value], func.attr.value), call, name, method=True)
+                owner = instances[func.value.value]
+                self._follow_into(_method(owner, func.attr.value), call, name, owner, depth)
+            elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in classes:
+                owner = classes[func.value.value]  # Saver.save(model, path): a static method
+                method = _method(owner, func.attr.value)
+                if method is not None and any(P.dotted_name(d.decorator) == "staticmethod" for d in method.decorators):
+                    self._follow_into(method, call, name, owner, depth)
+            elif isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")) and cls is not None:
+                self._follow_into(_method(cls, func.attr.value), call, name, cls, depth)
 
-    def _follow_into(self, callee: Optional[cst.FunctionDef], call: cst.Call, name: str, method: bool, depth: int = 0) -> None:
+    def _called_before(self, function: cst.FunctionDef, scope: cst.CSTNode, line: int) -> bool:
+        """``function`` is also called in ``scope`` before the wrap (on the bare
+        model): adding ``.module`` in it would break that call -- reported instead."""
+        name = function.name.value
+        for call in P.find(scope, cst.Call):
+            if (
+                m.matches(call.func, m.Name(name))
+                and (self.enclosing_function(call) or self.module) is scope
+                and self.position(call)[0] < line
+            ):
+                self.manual(
+                    function,
+                    f"{name}() gets the model both before and after its DDP wrap: where it uses "
+                    "the model's own attributes or state_dict(), use .module after the wrap by hand",
+                )
+                return True
+        return False
+
+    def _follow_into(
+        self, callee: Optional[cst.FunctionDef], call: cst.Call, name: str, cls: Optional[cst.ClassDef], depth: int
+    ) -> None:
         if callee is None:
             return
-        params = [p.name.value for p in callee.params.params][1 if method else 0 :]
+        decorators = {P.dotted_name(d.decorator) for d in callee.decorators}
+        params = [p.name.value for p in callee.params.params]
+        if cls is not None and "staticmethod" not in decorators:
+            params = params[1:]  # self (or cls)
         received = [
             params[index]
             for index, arg in enumerate(a for a in call.args if a.keyword is None and not a.star)
@@ -128,13 +165,17 @@ class ModuleAccess(Transform):
             if (param, 0) in self._wrapped.get(callee, []):
                 continue
             self._wrapped.setdefault(callee, []).append((param, 0))
-            owner = self.parent(self.parent(callee))
-            if not method or depth >= 2 or not isinstance(owner, cst.ClassDef):
-                continue
-            for inner in P.find(callee, cst.Call):  # self.save_checkpoint(val_loss, model)
-                func = inner.func
-                if isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")):
-                    self._follow_into(_method(owner, func.attr.value), inner, param, method=True, depth=depth + 1)
+            self._follow_calls(callee, param, 0, cls, depth + 1)
+            if cls is not None and callee.name.value == "__init__":
+                # Trainer(model, ...): self.model = model, in every method of the class
+                for assign in P.find(callee, cst.Assign):
+                    if m.matches(assign.value, m.Name(param)):
+                        for target in assign.targets:
+                            attribute = P.dotted_name(target.target)
+                            if attribute.startswith("self.") and (attribute, 0) not in self._wrapped.get(cls, []):
+                                self._wrapped.setdefault(cls, []).append((attribute, 0))
+                                for method in P.find(cls, cst.FunctionDef):
+                                    self._follow_calls(method, attribute, 0, cls, depth + 1)
 
     def _is_wrapped(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
         name = P.dotted_name(value)

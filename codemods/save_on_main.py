@@ -61,7 +61,7 @@ class SaveOnMainProcess(MainProcessGuard):
 
     def starts(self, stmt: cst.BaseStatement) -> Optional[str]:
         call = single_call(stmt)
-        if call is not None and self.is_call(call, N.TORCH_SAVE):
+        if call is not None and self.is_call(call, N.TORCH_SAVE) and not self._per_rank_path(call):
             owner = self.parent(self.parent(stmt))
             if isinstance(owner, cst.With) and self._with_open_save(owner):
                 return None  # the whole `with open(...)` is guarded instead
@@ -73,10 +73,16 @@ class SaveOnMainProcess(MainProcessGuard):
         return None
 
     def _per_rank_path(self, call: cst.Call) -> bool:
-        """A path that names the rank (``f"samples_{rank}.png"``): each rank its own file."""
-        return any(
-            word in self.module.code_for_node(arg.value) for arg in call.args for word in ("rank", "RANK")
-        )
+        """A target every rank needs or has its own of: a path that names the rank
+        (``f"samples_{rank}.png"``), or an in-memory buffer (``buf = io.BytesIO()``,
+        read back on every rank)."""
+        for arg in call.args:
+            if any(word in self.module.code_for_node(arg.value) for word in ("rank", "RANK")):
+                return True
+            value = self._only_value(arg.value, pure=False) if isinstance(arg.value, cst.Name) else arg.value
+            if isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in ("BytesIO", "StringIO"):
+                return True
+        return False
 
     def continues(self, stmt: cst.BaseStatement) -> bool:
         if self.starts(stmt) is not None:
@@ -197,13 +203,19 @@ class SaveOnMainProcess(MainProcessGuard):
         if call is None or self._saving_functions() is None:
             return
         func = call.func
-        if isinstance(func, cst.Name):
+        if isinstance(func, cst.Name):  # a function of the module
             name = func.value
+            savers = {f.name.value for f in self.module.body if isinstance(f, cst.FunctionDef)} & self._saving_functions()
         elif isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")):
-            name = func.attr.value  # a method of this class (``model.train()`` is not ``train()``)
+            # a method of this class (``model.train()`` is not ``train()``, nor is an
+            # nn.Module's ``self.train()`` the module's ``train()``)
+            name = func.attr.value
+            cls = next((a for a in self.ancestors(node) if isinstance(a, cst.ClassDef)), None)
+            body = cls.body.body if cls is not None and isinstance(cls.body, cst.IndentedBlock) else []
+            savers = {f.name.value for f in body if isinstance(f, cst.FunctionDef)} & self._saving_functions()
         else:
             return
-        if name not in self._saving_functions() or P.under_main_process_check(self, node):
+        if name not in savers or P.under_main_process_check(self, node):
             return
         func = self.enclosing_function(node)
         line = self.position(node)[0]
@@ -259,15 +271,16 @@ class SaveOnMainProcess(MainProcessGuard):
                 return self.module.code_for_node(value)
         return self.module.code_for_node(expr)
 
-    def _only_value(self, name: cst.Name) -> Optional[cst.BaseExpression]:
-        """The value of a name assigned exactly once in its scope (a pure expression)."""
+    def _only_value(self, name: cst.Name, pure: bool = True) -> Optional[cst.BaseExpression]:
+        """The value of a name assigned exactly once in its scope (a pure expression,
+        unless ``pure`` is False)."""
         scope = self.get_metadata(ScopeProvider, name, None)
         if scope is None or name.value not in scope:
             return None
         assignments = list(scope[name.value])
         node = getattr(assignments[0], "node", None) if len(assignments) == 1 else None
         assign = self._assign_of(node) if isinstance(node, cst.Name) else None
-        if assign is None or len(assign.targets) != 1 or not P.is_pure(assign.value):
+        if assign is None or len(assign.targets) != 1 or pure and not P.is_pure(assign.value):
             return None
         return assign.value
 

@@ -73,6 +73,8 @@ class SetEpoch(Transform):
             node = getattr(assignment, "node", None)
             assign = self._assign_of(node) if isinstance(node, cst.Name) else None
             value = assign.value if assign is not None else None
+            if isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in ("range", "trange"):
+                continue  # ``train_iterator = trange(epochs)``: an epoch loop, no loader
             if not (isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in _WRAPPERS):
                 return [loader]
             found = list(_iterated(value))
