@@ -47,6 +47,9 @@ DDP_API = frozenset(
 )
 
 
+#: methods of a model that run no forward pass (HF's save_pretrained, get_input_embeddings...)
+_NOT_FORWARD_PREFIXES = ("save", "load", "get_", "set_", "push_to_hub", "resize_", "tie_", "gradient_checkpointing")
+
 #: builtins that take a module as a container of its layers
 _CONTAINER_BUILTINS = frozenset({"enumerate", "len", "list", "iter", "reversed", "tuple", "zip"})
 
@@ -255,8 +258,9 @@ class ModuleAccess(Transform):
 
     def _forward_bypasses_ddp(self, node: cst.Attribute) -> bool:
         """``model.encoder(x)`` called where a ``backward()`` follows it (training)."""
-        if node.attr.value in ("state_dict", "load_state_dict"):
-            return False
+        method = node.attr.value
+        if method in ("state_dict", "load_state_dict") or method.startswith(_NOT_FORWARD_PREFIXES):
+            return False  # saving, loading, configuring: no forward pass
         call = self.parent(node)
         if not (isinstance(call, cst.Call) and call.func is node):
             return False

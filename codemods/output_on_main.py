@@ -37,6 +37,9 @@ class OutputOnMainProcess(MainProcessGuard):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._writers: Set[str] = set()
+        #: progress bars (``bar = tqdm(loader, disable=...)``): ``bar.write()`` prints
+        #: whatever ``disable`` says
+        self._bars: Set[str] = set()
         self._noted: Set[cst.CSTNode] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -47,6 +50,11 @@ class OutputOnMainProcess(MainProcessGuard):
                     name = P.dotted_name(target.target)
                     if name:
                         self._writers.add(name)
+            elif self.is_call(value, N.TQDM):
+                for target in assign.targets:
+                    name = P.dotted_name(target.target)
+                    if name:
+                        self._bars.add(name)
 
     def starts(self, stmt: cst.BaseStatement) -> Optional[str]:
         why = self._starts(stmt)
@@ -80,12 +88,21 @@ class OutputOnMainProcess(MainProcessGuard):
             return "print from the main process only"
         if self._logging_chatter(call) and all(P.is_pure(a.value) for a in call.args):
             return "log progress from the main process only"
+        if self._bar_write(call) and all(P.is_pure(a.value) for a in call.args):
+            return "tqdm's write() prints on every rank (disable= does not stop it): main process only"
         if isinstance(call.func, cst.Attribute) and P.dotted_name(call.func.value) in self._writers:
             if all(P.is_pure(a.value) for a in call.args):
                 return "TensorBoard writes from the main process only"
         if any(N.is_wandb(n) for n in self.qnames(call.func)) and all(P.is_pure(a.value) for a in call.args):
             return "wandb from the main process only"
         return None
+
+    def _bar_write(self, call: cst.Call) -> bool:
+        """``tqdm.write(msg)`` or ``bar.write(msg)`` of a bar made here."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "write"):
+            return False
+        return P.dotted_name(func.value) in self._bars or self.is_ref(func.value, N.TQDM)
 
     def _logging_chatter(self, call: cst.Call) -> bool:
         if self.is_ref(call.func, N.LOGGING_CHATTER):

@@ -68,6 +68,13 @@ class SaveOnMainProcess(MainProcessGuard):
             return "torch.save runs on the main process only (every rank holds the same weights)"
         if isinstance(stmt, cst.With) and self._with_open_save(stmt):
             return "the checkpoint file is written by the main process only"
+        if (
+            call is not None
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "save_pretrained"
+            and not self._per_rank_path(call)
+        ):  # Hugging Face models, tokenizers, configs: a folder of files each rank would write
+            return "save_pretrained runs on the main process only (every rank would write the same files)"
         if call is not None and self.is_call(call, N.ARTIFACT_WRITES) and not self._per_rank_path(call):
             return f"{P.dotted_name(call.func)} runs on the main process only (every rank would write the same file)"
         return None
