@@ -706,7 +706,7 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
             } - {""}
         if not trains_here and not from_trainers:
             continue  # not an epoch loop around a training loop
-        local = _shard_values(loop) | _derived(loop, from_trainers)
+        local = _shard_values(loop) | _derived(loop, from_trainers)  # (both propagated)
         if not local:
             continue
         # ``early_stopping(train_loss, model)`` ... ``if early_stopping.early_stop: break``
@@ -763,16 +763,7 @@ def _shard_values(epoch_loop: ast.AST) -> Set[str]:
                     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                     for target in targets:
                         local |= {dotted(t) for t in ast.walk(target) if isinstance(t, (ast.Name, ast.Attribute))} - {""}
-    changed = True
-    while changed and local:
-        changed = False
-        for node in ast.walk(epoch_loop):
-            if isinstance(node, ast.Assign) and _names(node.value) & local:
-                for target in node.targets:
-                    for name in {dotted(t) for t in ast.walk(target) if isinstance(t, ast.Name)} - local - {""}:
-                        local.add(name)
-                        changed = True
-    return local
+    return _derived(epoch_loop, local)
 
 
 # ------------------------------------------------------------------ changes after the wrap
