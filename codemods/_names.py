@@ -42,9 +42,16 @@ DISTRIBUTED_SAMPLER = frozenset(
 )
 TORCH_SAVE = frozenset({"torch.save"})
 #: other files a training script writes whole: the same file from every rank
-#: (sample grids of a GAN, loss plots); the path is ``fp``, the second argument,
-#: except for savefig's ``fname``
-ARTIFACT_WRITES = frozenset({"torchvision.utils.save_image", "matplotlib.pyplot.savefig"})
+#: (sample grids of a GAN, loss plots, safetensors weights) -> the position of
+#: the path argument
+ARTIFACT_PATH_ARG = {
+    "torchvision.utils.save_image": 1,
+    "matplotlib.pyplot.savefig": 0,
+    "matplotlib.pyplot.imsave": 0,
+    "safetensors.torch.save_file": 1,
+    "safetensors.torch.save_model": 1,
+}
+ARTIFACT_WRITES = frozenset(ARTIFACT_PATH_ARG)
 TORCH_LOAD = frozenset({"torch.load"})
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
 DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})

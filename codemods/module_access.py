@@ -188,8 +188,29 @@ class ModuleAccess(Transform):
         for anc in self.ancestors(at):
             entries = [start for wrapped, start in self._wrapped.get(anc, ()) if wrapped == name]
             if entries:  # the nearest scope that knows about the wrap decides
-                return line > min(entries)
+                start = min(entries)
+                # (start 0: a parameter or attribute that received the model, as bound)
+                return line > start and not (start and any(start < r < line for r in self._rebound(anc, name)))
         return False
+
+    def _rebound(self, scope: cst.CSTNode, name: str) -> List[int]:
+        """Lines where ``name`` gets another object in ``scope`` (``model = {...}``
+        after the wrap; ``model = model.cpu()`` and the wrap itself are the same model)."""
+        key = (scope, name)
+        cache = self.__dict__.setdefault("_rebinds", {})
+        if key not in cache:
+            lines = []
+            for assign in P.find(scope, cst.Assign):
+                if not any(P.dotted_name(t.target) == name for t in assign.targets):
+                    continue
+                value = assign.value
+                while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+                    value = value.func.value  # model.to(device).eval(): the same one
+                if P.dotted_name(value) == name or self.is_call(assign.value, N.DDP):
+                    continue
+                lines.append(self.position(assign)[0])
+            cache[key] = lines
+        return cache[key]
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """``torch.save(model, path)`` saved the bare model; saved wrapped, it would

@@ -14,7 +14,8 @@ class SaveOnEveryRank(Rule):
     """
     ## What it does
     In DDP code, reports `torch.save` -- and the other whole files a training
-    script writes, `torchvision.utils.save_image` and `matplotlib.pyplot.savefig`
+    script writes, `torchvision.utils.save_image`, `matplotlib.pyplot.savefig`/`imsave`
+    and safetensors' `save_file`/`save_model`
     -- that every rank reaches: not under a
     main-process check (`if dist.get_rank() == 0:`, `if is_main_process():`,
     `if args.local_rank in [-1, 0]:`, after `if rank != 0: return`), and not in a
@@ -62,7 +63,7 @@ class SaveOnEveryRank(Rule):
             name = src.qualname(call.func)
             if name not in N.TORCH_SAVE and name not in N.ARTIFACT_WRITES or on_main_process_only(src, call):
                 continue
-            index = 0 if name.endswith("savefig") else 1
+            index = N.ARTIFACT_PATH_ARG.get(name, 1)
             target = call.args[index] if len(call.args) > index else None
             if target is not None and (_in_memory(src, target) or _per_rank(src, target)):
                 continue  # a BytesIO buffer, or one file per rank
