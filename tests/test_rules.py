@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, ROOT
-from dp2ddp.codemods.rules import RULES, SECTIONS, SEVERITIES
+from dp2ddp.codemods.rules import BY_CODE, RULES, SECTIONS, SEVERITIES
 from dp2ddp.config import LintConfig
 from dp2ddp.lint import lint_sources
 
@@ -111,3 +111,17 @@ def test_rules_without_findings_on_files_the_prefilter_rejects():
         found, _ = lint_source(str(path), data, skipped, LintConfig(), use_trigger=False)
         assert found == [], (path, [f"{d.line}: {d.code}" for d in found])
     assert rejected > 100
+
+
+def test_data_parallel_through_a_star_import_offers_no_fix():
+    """convert resolves names through explicit imports only: a DataParallel whose
+    `torch` comes through `from X import *` is reported without a fix ([*] was
+    shown, and `lint --fix` then changed nothing)."""
+    from dp2ddp.codemods._analysis import Source
+
+    path = FIXTURES / "rules" / "DDP001" / "bad_through_star_import.py"
+    (found,) = BY_CODE["DDP001"]().check(Source(str(path), path.read_text()))
+    assert found.fix is None and "import *" in found.message
+    plain = "import torch\nmodel = torch.nn.DataParallel(net)\n"
+    (found,) = BY_CODE["DDP001"]().check(Source("plain.py", plain))
+    assert found.fix is not None

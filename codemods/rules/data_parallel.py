@@ -6,7 +6,7 @@ import ast
 from typing import Iterator
 
 from .. import _names as N
-from .._analysis import Source
+from .._analysis import Source, dotted
 from ._base import Diagnostic, Rule
 
 
@@ -56,6 +56,17 @@ class DataParallelInUse(Rule):
     def check(self, src: Source) -> Iterator[Diagnostic]:
         for node in src.calls_to(N.ANY_DATA_PARALLEL):
             if src.qualname(node.func) in N.DATA_PARALLEL:
+                head = dotted(node.func).split(".")[0]
+                if head not in src.aliases and "import *" in src.text:
+                    # torch reaches the file through a star import: convert cannot
+                    # resolve it, so no fix is offered (it would change nothing)
+                    found = self.diagnostic(
+                        src, node, f"{self.MESSAGE}; `{head}` comes through `import *`: import it "
+                        "explicitly so that `dp2ddp convert` can resolve it"
+                    )
+                    found.fix = None
+                    yield found
+                    continue
                 yield self.diagnostic(src, node)
             else:
                 yield self.diagnostic(
