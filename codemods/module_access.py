@@ -68,6 +68,8 @@ class ModuleAccess(Transform):
         super().__init__(*args, **kwargs)
         #: scope node (function or class) -> [(wrapped name, from line)]
         self._wrapped: Dict[cst.CSTNode, List[Tuple[str, int]]] = {}
+        #: functions that get the model before and after the wrap (reported once)
+        self._shared_helpers: Set[cst.FunctionDef] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
         wraps: List[Tuple[cst.Assign, str]] = []
@@ -141,6 +143,9 @@ class ModuleAccess(Transform):
                 and (self.enclosing_function(call) or self.module) is scope
                 and self.position(call)[0] < line
             ):
+                if function in self._shared_helpers:
+                    return True  # reported at its first call after the wrap
+                self._shared_helpers.add(function)
                 self.manual(
                     function,
                     f"{name}() gets the model both before and after its DDP wrap: where it uses "
