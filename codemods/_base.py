@@ -275,6 +275,15 @@ class Transform(Codemod, cst.CSTTransformer):
             yield current
             current = self.parent(current)
 
+    def statement_at(self, line: int) -> Optional[Stmt]:
+        """The (outermost) statement that starts at ``line`` of the module being
+        transformed: where a finding of an ``ast`` recogniser (``_analysis``) lands."""
+        if getattr(self, "_statements_by_line", None) is None:
+            self._statements_by_line: Dict[int, Stmt] = {}
+            for stmt in P.find(self.module, cst.SimpleStatementLine, cst.BaseCompoundStatement):
+                self._statements_by_line.setdefault(self.position(stmt)[0], stmt)
+        return self._statements_by_line.get(line)
+
     def statement_of(self, node: cst.CSTNode) -> Optional[Stmt]:
         """The statement that holds ``node`` (a compound one for a node in its header)."""
         current: Optional[cst.CSTNode] = node

@@ -61,7 +61,14 @@ class Finding:
         return dataclasses.asdict(self)
 
 
+_LOCAL_DATA_PARALLEL = "DataParallel here is not torch's"
+
+
 def local_data_parallel_note(resolves_to: str) -> str:
     """The note for a call of a project's own ``DataParallel`` (DDP001's transform
     and, for files that never import torch, the engine)."""
-    return f"DataParallel here is not torch's (it resolves to {resolves_to or 'a local name'}); left alone"
+    return f"{_LOCAL_DATA_PARALLEL} (it resolves to {resolves_to or 'a local name'}); left alone"
+
+
+def is_local_data_parallel_note(finding: Finding) -> bool:
+    return finding.kind == "note" and finding.message.startswith(_LOCAL_DATA_PARALLEL)

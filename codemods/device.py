@@ -77,15 +77,9 @@ class RankDevice(Transform):
         used as the device (``_analysis.literal_gpu_indices``, lint's DDP005).
         Reported: the name may be an index elsewhere too (``device_ids=[gpu_id]``,
         log lines), so rewriting its value is for a human."""
-        found = A.literal_gpu_indices(self.ast_source)
-        if not found:
-            return
-        statements = {}
-        for stmt in P.find(self.module, cst.SimpleStatementLine):
-            statements.setdefault(self.position(stmt)[0], stmt)
-        for assign, name, index in found:
-            stmt = statements.get(assign.lineno)
-            if stmt is not None and not self._in_multi_gpu(stmt):
+        for assign, name, index in A.literal_gpu_indices(self.ast_source):
+            stmt = self.statement_at(assign.lineno)
+            if isinstance(stmt, cst.SimpleStatementLine) and not self._in_multi_gpu(stmt):
                 self.manual(
                     stmt,
                     f"GPU {index} chosen by its index ({name} = {index}, used as the device): every "

@@ -221,13 +221,8 @@ class DataParallelToDDP(Transform):
         if self._changes is None:
             self._changes = A.changes_after_wrap(self.ast_source, N.DATA_PARALLEL)
         changes = [c for c in self._changes if c[1] == wrap_line]
-        if not changes:
-            return
-        statements = {}
-        for stmt in P.find(self.module, cst.SimpleStatementLine, cst.BaseCompoundStatement):
-            statements.setdefault(self.position(stmt)[0], stmt)
         for stmt, _, name, what in changes:
-            node = statements.get(stmt.lineno)
+            node = self.statement_at(stmt.lineno)
             if node is None:
                 continue
             self.manual(

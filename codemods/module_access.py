@@ -70,6 +70,7 @@ class ModuleAccess(Transform):
         self._wrapped: Dict[cst.CSTNode, List[Tuple[str, int]]] = {}
         #: functions that get the model before and after the wrap (reported once)
         self._shared_helpers: Set[cst.FunctionDef] = set()
+        self._rebinds: Dict[Tuple[cst.CSTNode, str], List[int]] = {}  # (scope, name) -> lines
 
     def visit_Module(self, node: cst.Module) -> None:
         wraps: List[Tuple[cst.Assign, str]] = []
@@ -202,7 +203,7 @@ class ModuleAccess(Transform):
         """Lines where ``name`` gets another object in ``scope`` (``model = {...}``
         after the wrap; ``model = model.cpu()`` and the wrap itself are the same model)."""
         key = (scope, name)
-        cache = self.__dict__.setdefault("_rebinds", {})
+        cache = self._rebinds
         if key not in cache:
             lines = []
             for assign in P.find(scope, cst.Assign):

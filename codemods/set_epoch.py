@@ -73,7 +73,7 @@ class SetEpoch(Transform):
             node = getattr(assignment, "node", None)
             assign = self._assign_of(node) if isinstance(node, cst.Name) else None
             value = assign.value if assign is not None else None
-            if isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in ("range", "trange"):
+            if _counts(value):
                 continue  # ``train_iterator = trange(epochs)``: an epoch loop, no loader
             if not (isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in _WRAPPERS):
                 return [loader]
@@ -396,7 +396,11 @@ def _flatten(target):
         yield target
 
 
+def _counts(node: Optional[cst.CSTNode]) -> bool:
+    """``range(n)``, ``trange(n)``: epochs counted, not batches."""
+    return isinstance(node, cst.Call) and P.dotted_name(node.func).rsplit(".", 1)[-1] in ("range", "trange")
+
+
 def _over_range(wrapper: cst.Call) -> bool:
     """``tqdm(range(n))``, ``enumerate(range(n))``: counts, not batches."""
-    first = next((a.value for a in wrapper.args if a.keyword is None or a.keyword.value == "iterable"), None)
-    return isinstance(first, cst.Call) and P.dotted_name(first.func) in ("range", "trange")
+    return _counts(next((a.value for a in wrapper.args if a.keyword is None or a.keyword.value == "iterable"), None))

@@ -82,10 +82,8 @@ class WrapModel(Transform):
         target = cst.parse_expression(model)
         moved = self.already_moved(target, node)
         device = None if moved else self.rank_name(node, "device")  # only when it is used
-        if device is None and not moved:  # (before local_rank: no preamble for nothing)
-            self.manual(node, f"wrap {model} in DistributedDataParallel by hand")
-            return
-        local_rank = self.rank_name(node, "local_rank")
+        # local_rank only once the device is settled: no preamble for a refused wrap
+        local_rank = self.rank_name(node, "local_rank") if moved or device is not None else None
         if local_rank is None:
             self.manual(node, f"wrap {model} in DistributedDataParallel by hand")
             return

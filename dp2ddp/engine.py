@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Set
 
 from dp2ddp.codemods import _names as N
-from dp2ddp.codemods._model import FileRole, Finding, Settings, local_data_parallel_note
+from dp2ddp.codemods._model import (
+    FileRole,
+    Finding,
+    Settings,
+    is_local_data_parallel_note,
+    local_data_parallel_note,
+)
 from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods._facts import FileFacts, collect_facts
 
@@ -462,9 +468,10 @@ def convert_sources(
         result = results[path]
         result.output, result.findings, result.error, result.internal = output, findings, error, internal
         if facts[path].torch_through_star:
-            result.findings = [
-                f for f in findings if not (f.kind == "note" and f.message.startswith("DataParallel here is not torch's"))
-            ] + _star_findings(path, facts[path])
+            # (a DataParallel the file cannot resolve may well be torch's)
+            result.findings = [f for f in findings if not is_local_data_parallel_note(f)] + _star_findings(
+                path, facts[path]
+            )
     _unsharded_data_note(results, facts, roles)
     if verify:
         _verify(results, settings, explicit, workers, cache)
