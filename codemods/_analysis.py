@@ -804,8 +804,13 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
 
 def _training_functions(src: Source) -> Dict[str, ast.AST]:
     """The module's functions that call ``backward()`` (``train_one_epoch``): the
-    outermost function around each ``backward()`` call, when it is the module's."""
+    outermost function around each ``backward()`` call, when it is the module's.
+    Kept on the source: DDP202 and DDP307 both ask."""
+    cached = src.cache.get("training_functions")
+    if cached is not None:
+        return cached  # type: ignore[return-value]
     functions: Dict[str, ast.AST] = {}
+    src.cache["training_functions"] = functions
     for call in src.calls:
         if isinstance(call.func, ast.Attribute) and call.func.attr == "backward":
             top = None
