@@ -669,11 +669,10 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
     seen: Set[int] = set()
     if "backward" not in src.text:
         return found  # nothing trains here
-    # what a training function returns is the rank's own, unless it all-reduces
-    trainers = {
-        name for name, func in _training_functions(src).items()
-        if not any(last_name(c.func) in ("all_reduce", "reduce", "all_gather") for c in ast.walk(func) if isinstance(c, ast.Call))
-    }
+    # functions of the file that make a value agree across ranks (a ``reduce_tensor``
+    # helper); what a training function returns is the rank's own, unless it is one
+    agreeing = {f.name for f in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef) if _agrees(f)}
+    trainers = set(_training_functions(src)) - agreeing
     # objects of this file's classes (``early_stopping = EarlyStopping(...)``)
     classes = {n.name for n in src.tree.body if isinstance(n, ast.ClassDef)}
     instances = {
@@ -706,7 +705,8 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
             } - {""}
         if not trains_here and not from_trainers:
             continue  # not an epoch loop around a training loop
-        local = _shard_values(loop) | _derived(loop, from_trainers)  # (both propagated)
+        agreed = _agreed(loop, agreeing)
+        local = (_shard_values(loop, agreed) | _derived(loop, from_trainers, agreed)) - agreed
         if not local:
             continue
         # ``early_stopping(train_loss, model)`` ... ``if early_stopping.early_stop: break``
@@ -727,16 +727,44 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
     return found
 
 
-def _derived(loop: ast.AST, local: Set[str]) -> Set[str]:
-    """``local`` and the names computed from them in ``loop``."""
-    local = set(local)
+#: collectives after which every rank holds the same value (``reduce`` gives it to one)
+_AGREEING = frozenset(
+    ("all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "broadcast", "broadcast_object_list")
+)
+
+
+def _agrees(node: ast.AST) -> bool:
+    return any(isinstance(c, ast.Call) and last_name(c.func) in _AGREEING for c in ast.walk(node))
+
+
+def _agreed(loop: ast.AST, agreeing: Set[str]) -> Set[str]:
+    """Names in ``loop`` that hold the same value on every rank: the tensor (or
+    output list) of a collective (``dist.all_reduce(mean)``), and what a function
+    of the file that runs one returns (``loss = reduce_tensor(loss)``) -- the
+    documented fix, which is no rank-local stop."""
+    agreed: Set[str] = set()
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Call) and last_name(node.func) in _AGREEING and node.args:
+            agreed.add(dotted(node.args[0]))
+        elif (
+            isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name) and node.value.func.id in agreeing
+        ):
+            agreed |= {dotted(t) for t in node.targets if isinstance(t, ast.Name)}
+    return agreed - {""}
+
+
+def _derived(loop: ast.AST, local: Set[str], agreed: Set[str] = frozenset()) -> Set[str]:
+    """``local`` and the names computed from them in ``loop`` (not through the
+    ``agreed`` ones: ``mean = torch.tensor([running]); dist.all_reduce(mean)``)."""
+    local = set(local) - agreed
     changed = True
     while changed and local:
         changed = False
         for node in ast.walk(loop):
             if isinstance(node, ast.Assign) and _names(node.value) & local:
                 for target in node.targets:
-                    for name in {dotted(t) for t in ast.walk(target) if isinstance(t, ast.Name)} - local - {""}:
+                    for name in {dotted(t) for t in ast.walk(target) if isinstance(t, ast.Name)} - local - agreed - {""}:
                         local.add(name)
                         changed = True
     return local
@@ -746,7 +774,7 @@ def _names(node: ast.AST) -> Set[str]:
     return {dotted(n) for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n)}
 
 
-def _shard_values(epoch_loop: ast.AST) -> Set[str]:
+def _shard_values(epoch_loop: ast.AST, agreed: Set[str] = frozenset()) -> Set[str]:
     """Names holding a value computed from the rank's own batches, in ``epoch_loop``."""
     local: Set[str] = set()
     for inner in ast.walk(epoch_loop):
@@ -763,7 +791,7 @@ def _shard_values(epoch_loop: ast.AST) -> Set[str]:
                     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                     for target in targets:
                         local |= {dotted(t) for t in ast.walk(target) if isinstance(t, (ast.Name, ast.Attribute))} - {""}
-    return _derived(epoch_loop, local)
+    return _derived(epoch_loop, local, agreed)
 
 
 # ------------------------------------------------------------------ changes after the wrap
