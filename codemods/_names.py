@@ -80,6 +80,8 @@ SUMMARY_WRITER = frozenset(
         "tensorboardX.writer.SummaryWriter",
     }
 )
+#: ``run = wandb.init(...)``: the run object whose ``run.log()`` goes to wandb
+WANDB_INIT = frozenset({"wandb.init", "wandb.sdk.wandb_init.init"})
 TQDM = frozenset(
     {
         "tqdm.tqdm",

@@ -7,7 +7,10 @@ up N times, TensorBoard gets N event files and wandb N runs (D1).  This puts:
   ``writer.add_*()`` on a TensorBoard ``SummaryWriter`` and ``wandb.*`` calls behind
   one ``if dist.get_rank() == 0:``;
 * ``SummaryWriter(...)`` itself on the main process:
-  ``writer = SummaryWriter(log_dir) if dist.get_rank() == 0 else None``;
+  ``writer = SummaryWriter(log_dir) if dist.get_rank() == 0 else None``; a wandb
+  run object likewise (``run = wandb.init(...) if dist.get_rank() == 0 else None``,
+  its ``run.log(...)`` calls behind the check) -- when the run is used only
+  through such calls; otherwise the ``wandb.init`` is reported for a human;
 * ``tqdm(...)`` progress bars off on the other ranks: ``tqdm(loader, disable=dist.get_rank() != 0)``.
 
 Warnings and errors keep coming from every rank (a rank's own problem matters).
@@ -40,6 +43,10 @@ class OutputOnMainProcess(MainProcessGuard):
         #: progress bars (``bar = tqdm(loader, disable=...)``): ``bar.write()`` prints
         #: whatever ``disable`` says
         self._bars: Set[str] = set()
+        #: wandb run objects (``run = wandb.init()``) used only as ``run.log(...)`` statements
+        self._runs: Set[str] = set()
+        #: the ``wandb.init`` assignments whose run is used otherwise (``run.name``)
+        self._runs_elsewhere: Set[cst.Assign] = set()
         self._noted: Set[cst.CSTNode] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -55,6 +62,29 @@ class OutputOnMainProcess(MainProcessGuard):
                     name = P.dotted_name(target.target)
                     if name:
                         self._bars.add(name)
+            elif self.is_call(assign.value, N.WANDB_INIT):
+                names = [t.target.value for t in assign.targets if isinstance(t.target, cst.Name)]
+                if len(names) == len(assign.targets) and all(self._only_logged(node, n) for n in names):
+                    self._runs.update(names)
+                else:
+                    self._runs_elsewhere.add(assign)
+
+    @staticmethod
+    def _only_logged(module: cst.Module, name: str) -> bool:
+        """``name`` is used only as the receiver of whole-statement calls
+        (``run.log({...})``, ``run.finish()``) and assigned only from ``wandb.init``:
+        ``None`` on the other ranks then never reaches anything."""
+        uses = sum(1 for n in P.find(module, cst.Name) if n.value == name)
+        targets = sum(
+            1 for a in P.find(module, cst.Assign) for t in a.targets
+            if isinstance(t.target, cst.Name) and t.target.value == name
+        )
+        calls = sum(
+            1 for e in P.find(module, cst.Expr)
+            if isinstance(e.value, cst.Call) and isinstance(e.value.func, cst.Attribute)
+            and isinstance(e.value.func.value, cst.Name) and e.value.func.value.value == name
+        )
+        return uses == targets + calls
 
     def starts(self, stmt: cst.BaseStatement) -> Optional[str]:
         why = self._starts(stmt)
@@ -93,7 +123,10 @@ class OutputOnMainProcess(MainProcessGuard):
         if isinstance(call.func, cst.Attribute) and P.dotted_name(call.func.value) in self._writers:
             if all(P.is_pure(a.value) for a in call.args):
                 return "TensorBoard writes from the main process only"
-        if any(N.is_wandb(n) for n in self.qnames(call.func)) and all(P.is_pure(a.value) for a in call.args):
+        wandb = any(N.is_wandb(n) for n in self.qnames(call.func)) or (
+            isinstance(call.func, cst.Attribute) and P.dotted_name(call.func.value) in self._runs
+        )
+        if wandb and all(P.is_pure(a.value) for a in call.args):
             return "wandb from the main process only"
         return None
 
@@ -145,6 +178,21 @@ class OutputOnMainProcess(MainProcessGuard):
             parent = self.parent(original_node)
             if isinstance(parent, cst.Assign):
                 self.changed(original_node, "TensorBoard writer on the main process only")
+                return cst.IfExp(
+                    test=self.main_process_test(),
+                    body=updated_node,
+                    orelse=cst.Name("None"),
+                )
+        if self.is_call(original_node, N.WANDB_INIT):
+            parent = self.parent(original_node)
+            if parent in self._runs_elsewhere:
+                self.manual(
+                    original_node,
+                    "every rank starts its own wandb run here and the run object is used beyond "
+                    "run.log() calls; start it on rank 0 only (wandb.init(mode=\"disabled\") on the others)",
+                )
+            elif isinstance(parent, cst.Assign) and self._region_ok(original_node):
+                self.changed(original_node, "wandb run on the main process only")
                 return cst.IfExp(
                     test=self.main_process_test(),
                     body=updated_node,

@@ -6,7 +6,14 @@ import ast
 from typing import Iterator
 
 from .. import _names as N
-from .._analysis import Source, is_rank_expr, on_main_process_only, uses_distributed
+from .._analysis import (
+    Source,
+    is_main_process_check,
+    is_not_main_check,
+    is_rank_expr,
+    on_main_process_only,
+    uses_distributed,
+)
 from ._base import Diagnostic, Rule
 
 
@@ -16,12 +23,15 @@ class OutputOnEveryRank(Rule):
     In DDP code, reports `print(...)`, `logging.info/debug(...)` and
     `logger.info/debug(...)` that run on every rank (not under a main-process
     check). A message that names the rank (`print(f"rank {rank}: ...")`) is
-    meant per rank and is not reported.
+    meant per rank and is not reported. Also a `wandb.init(...)` or a TensorBoard
+    `SummaryWriter(...)` made on every rank (not on the main process, nor
+    `... if rank == 0 else None`; a `wandb.init(mode=...)` chooses per rank itself).
 
     ## Why is this bad?
     Every process runs the same code, so the log shows every line N times,
     interleaved. Progress belongs to the main process; warnings and errors may
-    come from any rank.
+    come from any rank. A wandb run or a TensorBoard writer per rank gives N runs
+    in the dashboard, or N event files in one folder, each with a shard's numbers.
 
     ## Example
     ```python
@@ -44,16 +54,30 @@ class OutputOnEveryRank(Rule):
     NAME = "output-on-every-rank"
     SEVERITY = "info"
     MESSAGE = "printed by every rank: print/log progress from the main process only"
+    RUN_MESSAGE = (
+        "every rank starts its own {what}: N copies, each with one shard's numbers; "
+        "create it on the main process only (None or wandb.init(mode=\"disabled\") on the others)"
+    )
     FIX = "safe"
     FIX_TRANSFORMS = ("output-on-main",)
     FIX_DESCRIPTION = "put the output behind `if dist.get_rank() == 0:`"
-    TRIGGERS = (("print", "istributed"), ("info", "istributed"), ("debug", "istributed"))
+    TRIGGERS = (
+        ("print", "istributed"), ("info", "istributed"), ("debug", "istributed"),
+        ("wandb", "istributed"), ("SummaryWriter", "istributed"),
+    )
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
             return
         loggers = _loggers(src)
         for call in src.calls:
+            what = _per_rank_sink(src, call)
+            if what:
+                found = self.diagnostic(src, call, self.RUN_MESSAGE.format(what=what))
+                if what == "wandb run" and not _only_logged(src, call):
+                    found.fix = None  # convert leaves it for a human: --fix would change nothing
+                yield found
+                continue
             if not isinstance(src.parent(call), ast.Expr):
                 continue
             name = src.qualname(call.func)
@@ -69,6 +93,47 @@ class OutputOnEveryRank(Rule):
                 continue
             if not on_main_process_only(src, call):
                 yield self.diagnostic(src, call)
+
+
+def _per_rank_sink(src: Source, call: ast.Call) -> str:
+    """``wandb.init(...)`` / ``SummaryWriter(...)`` that every rank runs: what it makes."""
+    name = src.qualname(call.func)
+    if name in N.WANDB_INIT:
+        if any(k.arg == "mode" for k in call.keywords):
+            return ""  # ``mode="disabled" if rank else None``: chosen per rank
+        what = "wandb run"
+    elif name in N.SUMMARY_WRITER:
+        what = "TensorBoard writer"
+    else:
+        return ""
+    if src.function_of(call) is None and not _in_main_block(src, call):
+        return ""  # at import time: where the process group is not up yet
+    parent = src.parent(call)
+    if isinstance(parent, ast.IfExp) and (
+        is_main_process_check(src, parent.test) or is_not_main_check(src, parent.test)
+    ):
+        return ""  # ``SummaryWriter(d) if rank == 0 else None``
+    if on_main_process_only(src, call):
+        return ""
+    return what
+
+
+def _only_logged(src: Source, call: ast.Call) -> bool:
+    """The run of ``run = wandb.init(...)`` is used only as the receiver of whole
+    statements (``run.log({...})``): what convert's output-on-main guards."""
+    assign = src.parent(call)
+    if not isinstance(assign, ast.Assign) or not all(isinstance(t, ast.Name) for t in assign.targets):
+        return isinstance(assign, ast.Expr)
+    for target in assign.targets:
+        uses = [n for n in src.of_type(ast.Name) if n.id == target.id]
+        for use in uses:
+            parent = src.parent(use)
+            if isinstance(use.ctx, ast.Store) and isinstance(parent, ast.Assign):
+                continue
+            call_of = src.parent(parent) if isinstance(parent, ast.Attribute) else None
+            if not (isinstance(call_of, ast.Call) and call_of.func is parent and isinstance(src.parent(call_of), ast.Expr)):
+                return False
+    return True
 
 
 def _loggers(src: Source) -> set:
