@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import ClassVar, Dict, Iterable, List, Optional, Sequence, Set, Union
 
 import libcst as cst
@@ -29,6 +30,7 @@ from libcst.codemod import Codemod, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import (
     BaseMetadataProvider,
+    BatchableMetadataProvider,
     FunctionScope,
     GlobalScope,
     MetadataWrapper,
@@ -75,6 +77,27 @@ class ParentProvider(BaseMetadataProvider[cst.CSTNode]):
                         if isinstance(child, node_type):
                             computed[child] = node
                             stack.append(child)
+
+
+class _Wrapper(MetadataWrapper):
+    """A ``MetadataWrapper`` that builds a provider which is neither batchable nor
+    dependent on another (positions, parents) by itself: LibCST's resolve then
+    also walks the whole module with an empty batch of visitors, which doubled
+    the cost of positions and made most of the cost of parents.  Same tables."""
+
+    def resolve(self, provider):
+        tables = getattr(self, "_metadata", None)
+        if (
+            isinstance(tables, dict)
+            and provider not in tables
+            and not issubclass(provider, BatchableMetadataProvider)
+            and not provider.METADATA_DEPENDENCIES
+            and not provider.gen_cache
+        ):
+            instance = provider()
+            instance._gen_impl(self.module)
+            tables[provider] = MappingProxyType(instance._computed)
+        return super().resolve(provider)
 
 
 class Transform(Codemod, cst.CSTTransformer):
@@ -148,7 +171,7 @@ class Transform(Codemod, cst.CSTTransformer):
         oldwrapper = self.context.wrapper
         wrapper = self.shared_wrapper
         if wrapper is None or wrapper.module is not module:
-            wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+            wrapper = _Wrapper(module, unsafe_skip_copy=True)
         self.shared_wrapper = wrapper
         with self.resolve(wrapper):
             self.context = dataclasses.replace(self.context, wrapper=wrapper)
@@ -741,11 +764,28 @@ class _AddImports(AddImportsVisitor):
         super().visit_Module(node.with_changes(body=node.body[:end]))
 
 
+class _RemoveImports(RemoveImportsVisitor):
+    """LibCST's ``RemoveImportsVisitor`` on the module as it is, without the deep
+    copy that ``Codemod.transform_module`` makes for its metadata (as the
+    transforms do: the engine parsed the module afresh)."""
+
+    @contextmanager
+    def _handle_metadata_reference(self, module: cst.Module):
+        oldwrapper = self.context.wrapper
+        wrapper = _Wrapper(module, unsafe_skip_copy=True)
+        with self.resolve(wrapper):
+            self.context = dataclasses.replace(self.context, wrapper=wrapper)
+            try:
+                yield wrapper.module
+            finally:
+                self.context = dataclasses.replace(self.context, wrapper=oldwrapper)
+
+
 def apply_scheduled_imports(context: CodemodContext, tree: cst.Module) -> cst.Module:
     """Add and remove the imports the transforms scheduled on ``context``."""
     for key, visitor in (
         (AddImportsVisitor.CONTEXT_KEY, _AddImports),
-        (RemoveImportsVisitor.CONTEXT_KEY, RemoveImportsVisitor),
+        (RemoveImportsVisitor.CONTEXT_KEY, _RemoveImports),
     ):
         if context.scratch.get(key):
             tree = visitor(context).transform_module(tree)
