@@ -869,6 +869,45 @@ def whole_model_saves(src: Source, wrappers: FrozenSet[str]) -> Dict[int, Tuple[
     return saves
 
 
+def helper_whole_model_saves(src: Source, wrappers: FrozenSet[str]) -> Dict[int, Tuple[int, str, str, str]]:
+    """line of ``save_model(model, path)`` -> (wrap line, model, helper, parameter)
+    for a model wrapped by one of ``wrappers`` earlier in the same function and
+    handed to a function of this file that pickles that parameter whole
+    (``def save_model(m, path): torch.save(m, path)``)."""
+    helpers: Dict[str, Tuple[List[str], Set[str]]] = {}
+    for func in src.tree.body:
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+            pickled = {
+                call.args[0].id
+                for call in _walk_here_body(func)
+                if isinstance(call, ast.Call) and src.qualname(call.func) == "torch.save"
+                and call.args and isinstance(call.args[0], ast.Name) and call.args[0].id in params
+            }
+            if pickled:
+                helpers[func.name] = (params, pickled)
+    calls: Dict[int, Tuple[int, str, str, int]] = {}
+    if not helpers:
+        return calls
+    for assign, name, later_statements in _wrapped_models(src, wrappers):
+        for later in later_statements:
+            for call in _walk_here(later):
+                if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in helpers):
+                    continue
+                params, pickled = helpers[call.func.id]
+                given = {params[i]: a for i, a in enumerate(call.args[: len(params)])}
+                given.update({k.arg: k.value for k in call.keywords if k.arg})
+                for param, arg in given.items():
+                    if param in pickled and dotted(arg) == name:
+                        calls[call.lineno] = (assign.lineno, name, call.func.id, param)
+    return calls
+
+
+def _walk_here_body(func: ast.AST) -> Iterator[ast.AST]:
+    for stmt in func.body:
+        yield from _walk_here(stmt)
+
+
 def _wrapped_models(src: Source, wrappers: FrozenSet[str]) -> Iterator[Tuple[ast.Assign, str, Iterator[ast.stmt]]]:
     """``(assignment, model name, the statements after it)`` for each
     ``model = Wrapper(...)``; the statements stop where the name is bound to

@@ -64,6 +64,7 @@ class DataParallelToDDP(Transform):
         #: lines of the wraps converted (the statement's first line)
         self._wrapped_lines: Set[int] = set()
         self._saves: Optional[Dict[int, Tuple[int, str]]] = None
+        self._helper_saves: Optional[Dict[int, Tuple[int, str, str, str]]] = None
         self._changes: Optional[list] = None
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -99,6 +100,7 @@ class DataParallelToDDP(Transform):
             return self._convert(original_node, updated_node)
         if self._saves_wrapped(original_node):
             return self._save_module(original_node, updated_node)
+        self._report_helper_save(original_node)
         func = original_node.func
         if (
             isinstance(func, cst.Attribute)
@@ -242,6 +244,25 @@ class DataParallelToDDP(Transform):
             self._saves = A.whole_model_saves(self.ast_source, N.DATA_PARALLEL)
         wrap = self._saves.get(self.position(call)[0])
         return wrap is not None and wrap[0] in self._wrapped_lines and P.dotted_name(call.args[0].value) == wrap[1]
+
+    def _report_helper_save(self, call: cst.Call) -> None:
+        """``save_model(model, path)`` after a converted wrap, where ``save_model``
+        pickles the model it gets: reported at the call (the helper may be defined
+        above the wrap, or take other models too)."""
+        if not isinstance(call.func, cst.Name) or not self._wrapped_lines:
+            return
+        if self._helper_saves is None:
+            self._helper_saves = A.helper_whole_model_saves(self.ast_source, N.DATA_PARALLEL)
+        found = self._helper_saves.get(self.position(call)[0])
+        if found is None or found[0] not in self._wrapped_lines or found[2] != call.func.value:
+            return
+        _, name, helper, param = found
+        self.manual(
+            call,
+            f"{helper}() pickles the whole model it gets (torch.save({param}, ...)): {name} is now "
+            "a DDP wrapper, which cannot be loaded without a process group; save "
+            f"{name}.module (code that loads the file then gets the model itself, no .module)",
+        )
 
     def _save_module(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         """``torch.save(model, path)`` pickled the DataParallel wrapper, which loads
