@@ -490,6 +490,20 @@ def rank_branch(src: Source, node: ast.AST) -> Optional[ast.If]:
     return None
 
 
+def is_pure(node: ast.AST) -> bool:
+    """An expression that cannot reach a collective: no calls but harmless ones
+    (``_patterns.is_pure``'s test, on ``ast``)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            if isinstance(func, ast.Name) and func.id in N.HARMLESS_FUNCS:
+                continue
+            if isinstance(func, ast.Attribute) and func.attr in N.HARMLESS_METHODS:
+                continue
+            return False
+    return True
+
+
 def on_main_process_only(src: Source, node: ast.AST) -> bool:
     """``node`` runs on the main process only: under ``if rank == 0:``, or after an
     early ``if rank != 0: return`` in its function."""

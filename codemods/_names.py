@@ -135,3 +135,22 @@ def is_optimizer(name: str) -> bool:
 
 def is_wandb(name: str) -> bool:
     return name == "wandb" or name.startswith("wandb.")
+
+
+#: calls that cannot reach a collective or the model (``len``, ``.item()``,
+#: ``os.path.join``): what may go behind ``if rank == 0:`` (``_patterns.is_pure``,
+#: ``_analysis.is_pure``)
+HARMLESS_FUNCS = frozenset(
+    {"len", "str", "repr", "int", "float", "round", "format", "min", "max", "sum",
+     "abs", "sorted", "list", "tuple", "dict", "type", "isinstance", "getattr",
+     "vars", "enumerate", "zip", "range"}
+)
+HARMLESS_METHODS = frozenset(
+    {"item", "format", "join", "tolist", "numpy", "cpu", "detach", "size", "dim",
+     "mean", "sum", "get", "keys", "values", "items", "time", "perf_counter",
+     "strftime", "now", "upper", "lower", "strip", "replace", "numel", "avg",
+     "get_last_lr", "state_dict", "device_count", "is_available", "get_device_name",
+     "get_world_size", "get_rank", "memory_allocated", "max_memory_allocated",
+     "getcwd", "join", "exists", "basename", "dirname", "count", "abspath", "realpath",
+     "relpath", "isfile", "isdir", "getsize", "splitext", "dumps"}
+)

@@ -206,28 +206,12 @@ def is_pure(node: cst.CSTNode) -> bool:
     return True
 
 
-_HARMLESS_FUNCS = frozenset(
-    {"len", "str", "repr", "int", "float", "round", "format", "min", "max", "sum",
-     "abs", "sorted", "list", "tuple", "dict", "type", "isinstance", "getattr",
-     "vars", "enumerate", "zip", "range"}
-)
-_HARMLESS_METHODS = frozenset(
-    {"item", "format", "join", "tolist", "numpy", "cpu", "detach", "size", "dim",
-     "mean", "sum", "get", "keys", "values", "items", "time", "perf_counter",
-     "strftime", "now", "upper", "lower", "strip", "replace", "numel", "avg",
-     "get_last_lr", "state_dict", "device_count", "is_available", "get_device_name",
-     "get_world_size", "get_rank", "memory_allocated", "max_memory_allocated",
-     "getcwd", "join", "exists", "basename", "dirname", "count", "abspath", "realpath",
-     "relpath", "isfile", "isdir", "getsize", "splitext"}
-)
-
-
 def _harmless_call(call: cst.Call) -> bool:
     func = call.func
     if isinstance(func, cst.Name):
-        return func.value in _HARMLESS_FUNCS
+        return func.value in N.HARMLESS_FUNCS
     if isinstance(func, cst.Attribute):
-        return func.attr.value in _HARMLESS_METHODS
+        return func.attr.value in N.HARMLESS_METHODS
     return False
 
 

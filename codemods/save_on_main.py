@@ -16,6 +16,10 @@ becomes::
         if is_best:
             shutil.copyfile(path, "model_best.pth")
 
+Likewise ``with open(path, "w") as f:`` whose body only writes the file
+(``json.dump(history, f)``, ``f.write(...)``, a ``csv.writer``'s rows, ``pickle.dump``)
+to a path that does not name the rank: a history, a config, a results table.
+
 When the script reads that path back later (``torch.load`` of the same path
 expression) a ``dist.barrier()`` follows, so that no rank reads a file that rank 0
 is still writing -- but only where every rank reaches that spot (not inside a
@@ -49,11 +53,20 @@ _FILE_OPS = frozenset(
 )
 
 
+#: whole-file writers into an open file object (``json.dump(obj, f)``)
+_DUMPS = frozenset(
+    {"json.dump", "yaml.dump", "yaml.safe_dump", "pickle.dump", "numpy.save", "numpy.savetxt", "torch.save"}
+)
+#: methods that write into the file (``f.write``, a csv writer's ``writerow``)
+_WRITE_METHODS = frozenset({"write", "writelines", "writerow", "writerows", "writeheader"})
+_CSV_WRITERS = frozenset({"csv.writer", "csv.DictWriter"})
+
+
 class SaveOnMainProcess(MainProcessGuard):
     CODE = "DDP302"
     NAME = "save-on-main"
     DESCRIPTION = "Guard torch.save (and the file operations after it) with a main-process check."
-    TRIGGERS = ("save",)  # (savefig, save_image too)
+    TRIGGERS = ("save", "open")  # (savefig, save_image too; with open(p, "w"))
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -63,11 +76,13 @@ class SaveOnMainProcess(MainProcessGuard):
         call = single_call(stmt)
         if call is not None and self.is_call(call, N.TORCH_SAVE) and not self._per_rank_path(call):
             owner = self.parent(self.parent(stmt))
-            if isinstance(owner, cst.With) and self._with_open_save(owner):
+            if isinstance(owner, cst.With) and (self._with_open_save(owner) or self._with_open_write(owner)):
                 return None  # the whole `with open(...)` is guarded instead
             return "torch.save runs on the main process only (every rank holds the same weights)"
         if isinstance(stmt, cst.With) and self._with_open_save(stmt):
             return "the checkpoint file is written by the main process only"
+        if isinstance(stmt, cst.With) and self._with_open_write(stmt):
+            return "the file is written by the main process only (every rank would write the same file)"
         if (
             call is not None
             and isinstance(call.func, cst.Attribute)
@@ -131,6 +146,32 @@ class SaveOnMainProcess(MainProcessGuard):
             (c := single_call(s)) is not None and self.is_call(c, N.TORCH_SAVE) for s in body
         )
 
+    def _with_open_write(self, stmt: cst.With) -> bool:
+        """``with open(P, "w") as f:`` whose body only writes the file -- dumps,
+        ``f.write(...)``, a csv writer and its rows, of values that compute nothing
+        -- to a path ``P`` that does not name the rank."""
+        for item in stmt.items:
+            call = item.item
+            if not (isinstance(call, cst.Call) and m.matches(call.func, m.Name("open"))):
+                return False
+            if not _writes(call) or self._per_rank_path(call) or not all(P.is_pure(a.value) for a in call.args):
+                return False
+        body = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else []
+        for line in body:
+            if m.matches(line, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())])])):
+                if self.is_call(line.body[0].value, _CSV_WRITERS):
+                    continue  # ``writer = csv.writer(f)``
+                return False
+            call = single_call(line)
+            if call is None:
+                return False
+            writes = self.is_call(call, _DUMPS) or (
+                isinstance(call.func, cst.Attribute) and call.func.attr.value in _WRITE_METHODS
+            )
+            if not writes or not all(P.is_pure(a.value) for a in call.args):
+                return False
+        return bool(body)
+
     def visit_Call(self, node: cst.Call) -> None:
         # a torch.save that is not a statement of its own (in an expression, a lambda)
         if self.is_call(node, N.TORCH_SAVE):
@@ -149,7 +190,7 @@ class SaveOnMainProcess(MainProcessGuard):
             return None
         inside = {id(n) for stmt in run for n in P.walk(stmt)}
         start = self.position(run[0])[0]
-        for load in self._loads_in(anchor):
+        for load in self._loads_in(anchor, files=True):
             if id(load) in inside or not load.args or self.position(load)[0] <= start:
                 continue
             if self._file_of(load.args[0].value) in paths:
@@ -240,8 +281,12 @@ class SaveOnMainProcess(MainProcessGuard):
             }
         return self._savers
 
-    def _loads_in(self, scope: cst.CSTNode) -> List[cst.Call]:
-        return [c for c in _calls(scope) if self.is_call(c, N.TORCH_LOAD)]
+    def _loads_in(self, scope: cst.CSTNode, files: bool = False) -> List[cst.Call]:
+        """``torch.load`` calls in ``scope`` -- and, with ``files``, ``open(p)`` to read."""
+        return [
+            c for c in _calls(scope)
+            if self.is_call(c, N.TORCH_LOAD) or files and _reads(c)
+        ]
 
     def _run_paths(self, run: Sequence[cst.BaseStatement]) -> Set[str]:
         """The files the statements of a guarded run save to."""
@@ -251,7 +296,7 @@ class SaveOnMainProcess(MainProcessGuard):
         call = single_call(stmt)
         if call is not None and self.is_call(call, N.TORCH_SAVE) and len(call.args) >= 2:
             return self._file_of(call.args[1].value)
-        if isinstance(stmt, cst.With) and self._with_open_save(stmt):
+        if isinstance(stmt, cst.With) and (self._with_open_save(stmt) or self._with_open_write(stmt)):
             return self._opened(stmt.items[0])
         return None
 
@@ -295,11 +340,38 @@ class SaveOnMainProcess(MainProcessGuard):
         if self._loaded_paths is None:
             self._loaded_paths = {
                 self._file_of(call.args[0].value)
-                for call in _calls(self.module)
-                if call.args and self.is_call(call, N.TORCH_LOAD)
+                for call in self._loads_in(self.module, files=True)
+                if call.args
             }
         return self._loaded_paths
 
+
+
+def _writes(call: cst.Call) -> bool:
+    """``open(p, "w")``, ``open(p, mode="a")``...: a literal mode that writes."""
+    mode = _mode(call)
+    if mode is None or not isinstance(mode.value, cst.SimpleString):
+        return False
+    return any(c in mode.value.evaluated_value for c in "wax+")
+
+
+def _reads(call: cst.Call) -> bool:
+    """``open(p)`` / ``open(p, "r")``: the file read back."""
+    return m.matches(call.func, m.Name("open")) and bool(call.args) and not _writes(call) and _literal_mode(call)
+
+
+def _literal_mode(call: cst.Call) -> bool:
+    """The mode of ``open(...)`` is the default or a string literal."""
+    mode = _mode(call)
+    return mode is None or isinstance(mode.value, cst.SimpleString)
+
+
+def _mode(call: cst.Call) -> Optional[cst.Arg]:
+    mode = call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "mode":
+            mode = arg
+    return mode
 
 
 def _calls(node: cst.CSTNode) -> List[cst.Call]:

@@ -10,6 +10,7 @@ from .._analysis import (
     Source,
     is_main_process_check,
     is_not_main_check,
+    is_pure,
     is_rank_expr,
     on_main_process_only,
     uses_distributed,
@@ -92,7 +93,10 @@ class OutputOnEveryRank(Rule):
             if any(is_rank_expr(src, n) for arg in call.args for n in ast.walk(arg)):
                 continue
             if not on_main_process_only(src, call):
-                yield self.diagnostic(src, call)
+                found = self.diagnostic(src, call)
+                if not all(is_pure(a) for a in (*call.args, *(k.value for k in call.keywords))):
+                    found.fix = None  # it computes (maybe a collective): convert leaves it
+                yield found
 
 
 def _per_rank_sink(src: Source, call: ast.Call) -> str:

@@ -6,7 +6,7 @@ import ast
 from typing import Iterator, Optional
 
 from .. import _names as N
-from .._analysis import Source, is_rank_expr, on_main_process_only, uses_distributed
+from .._analysis import Source, is_pure, is_rank_expr, on_main_process_only, uses_distributed
 from ._base import Diagnostic, Rule
 
 
@@ -15,8 +15,9 @@ class SaveOnEveryRank(Rule):
     ## What it does
     In DDP code, reports `torch.save` -- and the other whole files a training
     script writes, `torchvision.utils.save_image`, `matplotlib.pyplot.savefig`/`imsave`
-    and safetensors' `save_file`/`save_model`
-    -- that every rank reaches: not under a
+    and safetensors' `save_file`/`save_model`, a `with open(path, "w") as f:`
+    whose body only writes the file (`json.dump(history, f)`, `f.write(...)`,
+    a csv writer's rows) -- that every rank reaches: not under a
     main-process check (`if dist.get_rank() == 0:`, `if is_main_process():`,
     `if args.local_rank in [-1, 0]:`, after `if rank != 0: return`), and not in a
     function that this file only calls under such a check. A function this file
@@ -54,15 +55,31 @@ class SaveOnEveryRank(Rule):
     FIX = "safe"
     FIX_TRANSFORMS = ("save-on-main",)
     FIX_DESCRIPTION = "put torch.save behind `if dist.get_rank() == 0:`"
-    TRIGGERS = (("save", "istributed"),)
+    TRIGGERS = (("save", "istributed"), ("open", "istributed"))
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
             return
+        for stmt in src.of_type(ast.With):
+            call = _open_for_writing(src, stmt)
+            if call is None or on_main_process_only(src, stmt) or _per_rank(src, call.args[0]):
+                continue
+            func = src.function_of(stmt)
+            if func is not None and not _called_unguarded(src, func):
+                continue
+            found = self.diagnostic(
+                src, call, "every rank writes this file (the same path on each): write it from the "
+                "main process only (if dist.get_rank() == 0)"
+            )
+            if not _pure_writes(stmt):
+                found.fix = None  # what it writes is computed there: convert leaves it
+            yield found
         for call in src.calls:
             name = src.qualname(call.func)
             if name not in N.TORCH_SAVE and name not in N.ARTIFACT_WRITES or on_main_process_only(src, call):
                 continue
+            if _in_writing_with(src, call):
+                continue  # reported at its ``with open(...)``
             index = N.ARTIFACT_PATH_ARG.get(name, 1)
             target = call.args[index] if len(call.args) > index else None
             if target is not None and (_in_memory(src, target) or _per_rank(src, target)):
@@ -77,6 +94,46 @@ class SaveOnEveryRank(Rule):
                     src, call, f"{name.rsplit('.', 1)[-1]} runs on every rank: the same file is written by "
                     "each; write it from the main process only (if dist.get_rank() == 0)"
                 )
+
+
+#: whole-file writers into an open file object, and the methods that write into it
+_DUMPS = frozenset({"json.dump", "yaml.dump", "yaml.safe_dump", "pickle.dump", "numpy.save", "numpy.savetxt", "torch.save"})
+_WRITE_METHODS = frozenset({"write", "writelines", "writerow", "writerows", "writeheader"})
+_CSV_WRITERS = frozenset({"csv.writer", "csv.DictWriter"})
+
+
+def _open_for_writing(src: Source, stmt: ast.With) -> Optional[ast.Call]:
+    """The ``open(P, "w")`` of a ``with`` whose body only writes that file (what
+    convert's save-on-main puts on the main process), else None."""
+    if len(stmt.items) != 1:
+        return None
+    call = stmt.items[0].context_expr
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "open" and call.args):
+        return None
+    mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax+")):
+        return None
+    for line in stmt.body:
+        if isinstance(line, ast.Assign) and len(line.targets) == 1 and isinstance(line.targets[0], ast.Name):
+            if src.is_call(line.value, _CSV_WRITERS):
+                continue
+            return None
+        if not (isinstance(line, ast.Expr) and isinstance(line.value, ast.Call)):
+            return None
+        inner = line.value
+        if not (src.qualname(inner.func) in _DUMPS or isinstance(inner.func, ast.Attribute) and inner.func.attr in _WRITE_METHODS):
+            return None
+    return call
+
+
+def _pure_writes(stmt: ast.With) -> bool:
+    calls = [line.value for line in stmt.body if isinstance(line, ast.Expr)]
+    return all(is_pure(a) for c in [*calls, stmt.items[0].context_expr] for a in (*c.args, *(k.value for k in c.keywords)))
+
+
+def _in_writing_with(src: Source, call: ast.Call) -> bool:
+    parent = src.parent(src.parent(call))
+    return isinstance(parent, ast.With) and _open_for_writing(src, parent) is not None
 
 
 def _per_rank(src: Source, target: ast.AST) -> bool:
