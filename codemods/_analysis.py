@@ -883,6 +883,16 @@ def whole_model_saves(src: Source, wrappers: FrozenSet[str]) -> Dict[int, Tuple[
     return saves
 
 
+def loaded_back(src: Source, name: str) -> bool:
+    """``name = torch.load(...)`` somewhere in the file: a model saved whole is
+    read back into the name the code after it uses as the wrapped model."""
+    return any(
+        any(dotted(t) == name for t in assign.targets)
+        and any(isinstance(c, ast.Call) and src.qualname(c.func) == "torch.load" for c in ast.walk(assign.value))
+        for assign in src.of_type(ast.Assign)
+    )
+
+
 def helper_whole_model_saves(src: Source, wrappers: FrozenSet[str]) -> Dict[int, Tuple[int, str, str, str]]:
     """line of ``save_model(model, path)`` -> (wrap line, model, helper, parameter)
     for a model wrapped by one of ``wrappers`` earlier in the same function and

@@ -99,6 +99,10 @@ class DataParallelToDDP(Transform):
         if self.is_call(original_node, N.DATA_PARALLEL):
             return self._convert(original_node, updated_node)
         if self._saves_wrapped(original_node):
+            name = P.dotted_name(original_node.args[0].value)
+            if A.loaded_back(self.ast_source, name):
+                self.manual(original_node, _loaded_back_message(name))
+                return updated_node
             return self._save_module(original_node, updated_node)
         self._report_helper_save(original_node)
         func = original_node.func
@@ -410,3 +414,13 @@ class DataParallelToDDP(Transform):
 
 #: Synchronized-BatchNorm-PyTorch's DataParallel helpers (``sync_batchnorm.replicate``)
 _DATA_PARALLEL_ONLY = frozenset({"patch_replication_callback"})  # (DataParallelWithCallback: DDP009)
+
+
+def _loaded_back_message(name: str) -> str:
+    """(Shared with module-access.)"""
+    return (
+        f"torch.save({name}) pickles the DDP wrapper, and the script loads the file back into "
+        f"{name}, where the code after it expects the wrapper: left as it is (loading it needs a "
+        f"process group); for a file that loads anywhere save {name}.module and wrap the loaded "
+        "model again, or save a state_dict"
+    )

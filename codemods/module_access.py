@@ -29,9 +29,11 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 
+from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
+from .dp_to_ddp import _loaded_back_message
 from .sampler import _calls_backward
 
 #: What DDP provides itself: no ``.module`` needed.
@@ -214,9 +216,20 @@ class ModuleAccess(Transform):
                     value = value.func.value  # model.to(device).eval(): the same one
                 if P.dotted_name(value) == name or self.is_call(assign.value, N.DDP):
                     continue
+                if self.is_call(assign.value, N.TORCH_LOAD) and self._saved_whole(name):
+                    continue  # the DDP wrapper it saved (left as it is), loaded back
+
                 lines.append(self.position(assign)[0])
             cache[key] = lines
         return cache[key]
+
+    def _saved_whole(self, name: str) -> bool:
+        """``torch.save(name, ...)`` somewhere in the file (the wrapper is pickled
+        when the file loads it back into ``name``)."""
+        return any(
+            self.is_call(c, N.TORCH_SAVE) and c.args and P.dotted_name(c.args[0].value) == name
+            for c in P.find(self.module, cst.Call)
+        )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """``torch.save(model, path)`` saved the bare model; saved wrapped, it would
@@ -236,6 +249,10 @@ class ModuleAccess(Transform):
         if first.keyword is not None or not self._is_wrapped(first.value, original_node):
             return updated_node
         name = P.dotted_name(first.value)
+        if A.loaded_back(self.ast_source, name):
+            # the code after the load uses .module (rewritten here): it must get the wrapper back
+            self.manual(original_node, _loaded_back_message(name))
+            return updated_node
         self.changed(original_node, f"torch.save({name}) saves {name}.module: the model, as before, not its DDP wrapper")
         new_first = updated_node.args[0]
         value = cst.Attribute(value=new_first.value, attr=cst.Name("module"))
