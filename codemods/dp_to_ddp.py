@@ -202,6 +202,9 @@ class DataParallelToDDP(Transform):
                 func=cst.Attribute(value=module_arg, attr=cst.Name("to")),
                 args=[cst.Arg(cst.Name(device))],
             )
+        frozen = self._frozen(original_module, original)
+        if frozen:
+            return self._frozen_model(original, module_arg, frozen)
         ddp = self.object_alias("torch.nn.parallel", "DistributedDataParallel", N.DDP)
         torch_name = self.torch()
         template = cst.parse_expression(
@@ -216,6 +219,63 @@ class DataParallelToDDP(Transform):
         self.changed(original, "DataParallel -> DistributedDataParallel on this process's device")
         self._report_changes_after_wrap(original)
         return template.with_changes(args=args)
+
+    # a frozen model (a teacher) ------------------------------------------------
+    def _frozen(self, module: Optional[cst.BaseExpression], at: cst.Call) -> str:
+        """The dotted name of ``module`` when it is frozen before the wrap --
+        ``for p in teacher.parameters(): p.requires_grad = False`` or
+        ``teacher.requires_grad_(False)`` earlier in the same function -- else ""."""
+        name = P.dotted_name(module) if module is not None else ""
+        if not name:
+            return ""
+        scope = self.enclosing_function(at) or self.module
+        line = self.position(at)[0]
+        for loop in P.find(scope, cst.For):
+            if not (
+                m.matches(loop.iter, m.Call(func=m.Attribute(attr=m.Name("parameters"))))
+                and P.dotted_name(loop.iter.func.value) == name
+                and isinstance(loop.target, cst.Name)
+                and self.position(loop)[0] < line
+            ):
+                continue
+            param = loop.target.value
+            for assign in P.find(loop.body, cst.Assign):
+                if m.matches(assign.value, m.Name("False")) and any(
+                    P.dotted_name(t.target) == f"{param}.requires_grad" for t in assign.targets
+                ):
+                    return name
+            for call in P.find(loop.body, cst.Call):
+                if _requires_grad_false(call) and P.dotted_name(call.func.value) == param:
+                    return name
+        for call in P.find(scope, cst.Call):
+            if _requires_grad_false(call) and P.dotted_name(call.func.value) == name and self.position(call)[0] < line:
+                return name
+        return ""
+
+    def _frozen_model(self, original: cst.Call, module_arg: cst.BaseExpression, name: str) -> cst.BaseExpression:
+        """DDP refuses a module none of whose parameters requires a gradient (there
+        is nothing to average): the frozen model just goes on this process's device.
+        Code that relies on the wrapper (``name.module``, its ``state_dict()`` keys)
+        is left for a human instead."""
+        uses = [
+            a for a in P.find(self.module, cst.Attribute)
+            if P.dotted_name(a.value) == name and a.attr.value in ("module", "state_dict")
+        ]
+        if uses:
+            self.manual(
+                original,
+                f"{name} is frozen (no parameter requires a gradient): DDP refuses such a module, so "
+                f"it should not be wrapped -- but the code uses {name}.module or its state_dict() "
+                "keys; drop the wrap and those by hand",
+            )
+            return original
+        self._converted.add(original)
+        self.changed(
+            original,
+            f"DataParallel around the frozen {name} -> {name} on this process's device: DDP refuses "
+            "a module without trainable parameters (nothing to average); each process runs its own copy",
+        )
+        return module_arg
 
     # model = DDP(model); model.half() ------------------------------------------
     def _report_changes_after_wrap(self, call: cst.Call) -> None:
@@ -414,6 +474,17 @@ class DataParallelToDDP(Transform):
 
 #: Synchronized-BatchNorm-PyTorch's DataParallel helpers (``sync_batchnorm.replicate``)
 _DATA_PARALLEL_ONLY = frozenset({"patch_replication_callback"})  # (DataParallelWithCallback: DDP009)
+
+
+def _requires_grad_false(call: cst.Call) -> bool:
+    """``x.requires_grad_(False)``."""
+    return m.matches(
+        call,
+        m.Call(func=m.Attribute(attr=m.Name("requires_grad_")), args=[m.Arg(value=m.Name("False"), keyword=None)]),
+    ) or m.matches(
+        call,
+        m.Call(func=m.Attribute(attr=m.Name("requires_grad_")), args=[m.Arg(value=m.Name("False"), keyword=m.Name("requires_grad"))]),
+    )
 
 
 def _loaded_back_message(name: str) -> str:
