@@ -501,6 +501,19 @@ class Transform(Codemod, cst.CSTTransformer):
             return False
         return gpu
 
+    def only_value(self, name: cst.Name, pure: bool = True) -> Optional[cst.BaseExpression]:
+        """The value of a name assigned exactly once in its scope (a pure expression,
+        unless ``pure`` is False)."""
+        scope = self.get_metadata(ScopeProvider, name, None)
+        if scope is None or name.value not in scope:
+            return None
+        assignments = list(scope[name.value])
+        node = getattr(assignments[0], "node", None) if len(assignments) == 1 else None
+        assign = self._assign_of(node) if isinstance(node, cst.Name) else None
+        if assign is None or len(assign.targets) != 1 or pure and not P.is_pure(assign.value):
+            return None
+        return assign.value
+
     def _assign_of(self, name: cst.Name) -> Optional[cst.Assign]:
         target = self.parent(name)
         if isinstance(target, cst.AssignTarget):

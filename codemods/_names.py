@@ -34,6 +34,9 @@ DDP = frozenset(
 DATA_LOADER = frozenset(
     {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 )
+ITERABLE_DATASET = frozenset(
+    {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
+)
 DISTRIBUTED_SAMPLER = frozenset(
     {
         "torch.utils.data.DistributedSampler",

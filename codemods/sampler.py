@@ -33,7 +33,7 @@ a custom ``sampler=``/``batch_sampler=`` and an ``IterableDataset`` are reported
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -178,11 +178,19 @@ class DistributedSamplerTransform(Transform):
                 "(each rank must see a different part of the data)",
             )
             return updated
+        dataset = _arg(original, 0, "dataset")
+        if dataset is not None and self._iterable_dataset(dataset):
+            self.manual(
+                original,
+                "training DataLoader over an IterableDataset: a DistributedSampler cannot shard a "
+                "stream (DataLoader refuses a sampler for it); split the stream by rank in its "
+                "__iter__ (dist.get_rank(), dist.get_world_size(); get_worker_info() for workers)",
+            )
+            return updated
         stars = [a for a in updated.args if a.star == "**"]
         if len(stars) > 1 or any(a.star == "*" for a in updated.args):
             self.manual(original, "DataLoader built from several **kwargs: add a DistributedSampler by hand")
             return updated
-        dataset = _arg(original, 0, "dataset")
         if dataset is None:
             self.manual(original, "DataLoader without a dataset argument: add a DistributedSampler by hand")
             return updated
@@ -276,6 +284,33 @@ class DistributedSamplerTransform(Transform):
                 code="DDP103",
             )
         return updated.with_changes(args=new_args)
+
+    def _iterable_dataset(self, dataset: cst.BaseExpression) -> bool:
+        """``dataset`` is an object of an ``IterableDataset`` class (one of this
+        file's classes that derives from it, maybe through another), built here or
+        assigned once to the name."""
+        if isinstance(dataset, cst.Name):
+            value = self.only_value(dataset, pure=False)
+            dataset = value if value is not None else dataset
+        if not isinstance(dataset, cst.Call):
+            return False
+        if self.is_call(dataset, N.ITERABLE_DATASET):
+            return True
+        classes = {c.name.value: c for c in P.find(self.module, cst.ClassDef)}
+        seen: Set[str] = set()
+
+        def iterable(name: str) -> bool:
+            cls = classes.get(name)
+            if cls is None or name in seen:
+                return False
+            seen.add(name)
+            return any(
+                self.is_ref(base.value, N.ITERABLE_DATASET)
+                or isinstance(base.value, cst.Name) and iterable(base.value.value)
+                for base in cls.bases
+            )
+
+        return isinstance(dataset.func, cst.Name) and iterable(dataset.func.value)
 
     def _hoist_dataset(self, call: cst.Call, dataset: cst.BaseExpression) -> Optional[str]:
         """Assign an inline dataset to a variable before the statement; its name."""

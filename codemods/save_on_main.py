@@ -101,7 +101,7 @@ class SaveOnMainProcess(MainProcessGuard):
         for arg in call.args:
             if any(word in self.module.code_for_node(arg.value) for word in ("rank", "RANK")):
                 return True
-            value = self._only_value(arg.value, pure=False) if isinstance(arg.value, cst.Name) else arg.value
+            value = self.only_value(arg.value, pure=False) if isinstance(arg.value, cst.Name) else arg.value
             if isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in ("BytesIO", "StringIO"):
                 return True
         return False
@@ -318,23 +318,10 @@ class SaveOnMainProcess(MainProcessGuard):
                             opened = self._opened(item)
                             if opened is not None:
                                 return opened
-            value = self._only_value(expr)
+            value = self.only_value(expr)
             if value is not None:
                 return self.module.code_for_node(value)
         return self.module.code_for_node(expr)
-
-    def _only_value(self, name: cst.Name, pure: bool = True) -> Optional[cst.BaseExpression]:
-        """The value of a name assigned exactly once in its scope (a pure expression,
-        unless ``pure`` is False)."""
-        scope = self.get_metadata(ScopeProvider, name, None)
-        if scope is None or name.value not in scope:
-            return None
-        assignments = list(scope[name.value])
-        node = getattr(assignments[0], "node", None) if len(assignments) == 1 else None
-        assign = self._assign_of(node) if isinstance(node, cst.Name) else None
-        if assign is None or len(assign.targets) != 1 or pure and not P.is_pure(assign.value):
-            return None
-        return assign.value
 
     def _paths_loaded(self) -> Set[str]:
         if self._loaded_paths is None:
