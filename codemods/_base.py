@@ -358,8 +358,13 @@ class Transform(Codemod, cst.CSTTransformer):
         if key in self._aliases:
             return self._aliases[key]
         name = self._existing_import(module, None)
+        if name is not None and name != module and self._bound_locally(name):
+            # ``dist = Categorical(logits)`` in a function: the file's own alias is
+            # another object there; the code added goes through the dotted path
+            AddImportsVisitor.add_needed_import(self.context, module)
+            name = module
         if name is None:
-            if self._free_global(preferred):
+            if self._free_global(preferred) and not self._bound_locally(preferred):
                 AddImportsVisitor.add_needed_import(self.context, module, asname=preferred)
                 name = preferred
             else:
@@ -367,6 +372,17 @@ class Transform(Codemod, cst.CSTTransformer):
                 name = module
         self._aliases[key] = name
         return name
+
+    def _bound_locally(self, name: str) -> bool:
+        """``name`` is bound in a function, lambda, class or comprehension of the
+        module (a local ``dist = Categorical(...)``, a parameter ``dist``)."""
+        self.get_metadata(ScopeProvider, self.module, None)
+        table = self.metadata.get(ScopeProvider) or {}
+        scopes = {id(scope): scope for scope in table.values() if scope is not None}
+        return any(
+            not isinstance(scope, GlobalScope) and any(a.name == name for a in scope.assignments)
+            for scope in scopes.values()
+        )
 
     def object_alias(self, module: str, obj: str, qualified: Iterable[str] = ()) -> str:
         """Local name for ``from module import obj`` (reusing an existing import)."""
