@@ -33,7 +33,7 @@ a custom ``sampler=``/``batch_sampler=`` and an ``IterableDataset`` are reported
 
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -69,6 +69,12 @@ class DistributedSamplerTransform(Transform):
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:
         return role.in_program and not role.already_distributed
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        #: loops over a converted loader -> its global batch expression (``opt.batchSize``)
+        self._batch_loops: Dict[cst.For, str] = {}
+        self._batch_reported: Set[cst.CSTNode] = set()
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not self.is_call(original_node, N.DATA_LOADER):
@@ -242,6 +248,7 @@ class DistributedSamplerTransform(Transform):
                 batch = self.module.code_for_node(orig_arg.value)
                 value = cst.parse_expression(f"{self._batch_helper()}({batch})")
                 new_args.append(arg.with_changes(value=value))
+                self._watch_batch_uses(original, orig_arg.value)
                 continue
             if orig_arg.star == "**":
                 overrides = []
@@ -342,6 +349,78 @@ class DistributedSamplerTransform(Transform):
         self.changed(call, f"the inline dataset is assigned to {name} so the sampler can share it")
         return name
 
+    # the global batch size used again in the training loop ----------------------
+    def _watch_batch_uses(self, loader: cst.Call, batch: cst.BaseExpression) -> None:
+        """The loader now yields ``per_rank_batch_size(batch)`` samples per step:
+        the loops over it that use ``batch`` again (``torch.full((opt.batchSize,),
+        1.0)``, DCGAN's labels and noise) must too."""
+        name = P.dotted_name(batch)
+        target = self._assigned_name(loader)
+        if not name or not target:
+            return
+        scope = self.enclosing_function(loader) or self.module
+        for loop in P.find(scope, cst.For):
+            if target in {P.dotted_name(x) for x in _iterated(loop.iter)}:
+                self._batch_loops[loop] = name
+
+    def _loop_batch(self, node: cst.CSTNode) -> str:
+        """The global batch expression watched in the loop around ``node`` ("" if none)."""
+        if not self._batch_loops:
+            return ""
+        for anc in self.ancestors(node):
+            if anc in self._batch_loops:
+                return self._batch_loops[anc]
+        return ""
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        return self._batch_use(original_node, updated_node)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self._batch_use(original_node, updated_node)
+
+    def _batch_use(self, original, updated):
+        name = self._loop_batch(original) if self._batch_loops else ""
+        if not name or P.dotted_name(original) != name:
+            return updated
+        parent = self.parent(original)
+        if isinstance(parent, cst.Attribute) and parent.value is original:
+            return updated  # ``opt`` of ``opt.batchSize``
+        if isinstance(parent, (cst.AssignTarget, cst.Arg)) and getattr(parent, "keyword", None) is original:
+            return updated
+        if self._shape_argument(original):
+            self.changed(
+                original,
+                f"{name} in a shape inside the training loop -> {self._batch_helper()}({name}): "
+                "the loader now yields this process's share of the batch",
+            )
+            return cst.parse_expression(f"{self._batch_helper()}({self.module.code_for_node(original)})")
+        stmt = self.statement_of(original)
+        if stmt is not None and stmt not in self._batch_reported:
+            self._batch_reported.add(stmt)
+            self.manual(
+                original,
+                f"{name} is the global batch, but each process's batches now hold "
+                f"per_rank_batch_size({name}) samples: use the batch's own size (x.size(0)) here, "
+                "or convert with --batch-size per-process",
+                code="DDP103",
+            )
+        return updated
+
+    def _shape_argument(self, node: cst.CSTNode) -> bool:
+        """``node`` is (an element of) a size argument of a tensor factory or of
+        ``x.view(...)``: ``torch.full((bs,), 1.0)``, ``torch.randn(bs, nz, 1, 1)``."""
+        current = self.parent(node)
+        if isinstance(current, cst.Element):
+            current = self.parent(self.parent(current))  # the tuple/list, then its Arg
+        if not isinstance(current, cst.Arg) or current.keyword is not None and current.keyword.value != "size":
+            return False
+        call = self.parent(current)
+        if not isinstance(call, cst.Call):
+            return False
+        if self.is_call(call, _TENSOR_FACTORIES):
+            return True
+        return isinstance(call.func, cst.Attribute) and call.func.attr.value in _SHAPE_METHODS
+
     def _batch_helper(self) -> str:
         dist = self.dist()
         return self.helper(
@@ -389,6 +468,13 @@ def _simple(node: cst.CSTNode) -> bool:
 
 
 _ITER_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "track", "progress_bar"})
+
+
+#: calls whose positional arguments (or a tuple of them) are a shape
+_TENSOR_FACTORIES = frozenset(
+    "torch." + f for f in ("full", "zeros", "ones", "empty", "randn", "rand")
+)
+_SHAPE_METHODS = frozenset({"view", "reshape", "expand", "new_full", "new_zeros", "new_ones", "new_empty", "resize_"})
 
 
 def _iterated(node: cst.BaseExpression):
