@@ -483,6 +483,29 @@ class Transform(Codemod, cst.CSTTransformer):
             return "local_rank"
         raise ValueError(what)
 
+    def no_rank_device(self, node: cst.CSTNode) -> str:
+        """Why ``rank_name(node, "device")`` found no per-rank device, and what to
+        do -- for the report of a spot left as it is."""
+        scope = self.get_metadata(ScopeProvider, node, None)
+        while scope is not None and not isinstance(scope, (FunctionScope, GlobalScope)):
+            scope = scope.parent
+        if scope is None or isinstance(getattr(scope, "node", None), cst.Lambda):
+            return "in a lambda, where this process's device cannot be defined: move the code into a function"
+        values = []
+        for assignment in scope.assignments["device"] if "device" in scope else ():
+            target = getattr(assignment, "node", None)
+            assign = self._assign_of(target) if isinstance(target, cst.Name) else None
+            if assign is not None:
+                values.append(self.module.code_for_node(assign.value))
+            elif isinstance(target, cst.Param) or isinstance(self.parent(target), cst.Param):
+                values.append("a parameter")
+        what = f" ({', '.join(dict.fromkeys(values))})" if values else ""
+        return (
+            f"the script's own `device`{what} is not this process's GPU and dp2ddp does not guess "
+            "what it means: set it to torch.device(f\"cuda:{local_rank}\") (local_rank = "
+            "int(os.environ[\"LOCAL_RANK\"]); CPU when CUDA is missing) and convert again"
+        )
+
     @staticmethod
     def _unused_here(scope, name: str) -> bool:
         """A function that neither reads nor assigns ``name`` itself (a module-level

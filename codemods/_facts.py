@@ -25,6 +25,11 @@ class FileFacts:
     mentions_data_parallel: bool = False
     has_data_loader: bool = False
     already_distributed: bool = False
+    #: who starts the process group here: "dp2ddp" (only its own
+    #: ``init_distributed()`` helper: a file converted earlier, where a DataParallel
+    #: left then may be finished now), "hand" (the script's own
+    #: ``init_process_group``, ``mp.spawn``), "" (neither)
+    setup: str = ""
     trains: bool = False
     has_main_guard: bool = False
     main_guard_line: int = 0
@@ -111,6 +116,7 @@ def collect_facts(src: Source) -> FileFacts:
                     (call.lineno, call.col_offset + 1, src.qualname(func))
                 )
     training_functions: Set[str] = set()
+    inits: List[ast.Call] = []
     main_blocks = [s for s in src.tree.body if is_main_guard(s)]
     facts.has_main_guard = bool(main_blocks)
     facts.main_guard_line = main_blocks[0].lineno if main_blocks else 0
@@ -122,6 +128,8 @@ def collect_facts(src: Source) -> FileFacts:
             facts.has_data_loader = True
         if name in N.INIT_PROCESS_GROUP or name in N.DDP or name in N.SPAWN:
             facts.already_distributed = True
+        if name in N.INIT_PROCESS_GROUP or name in N.SPAWN:
+            inits.append(call)
         trains = N.is_optimizer(name) or (
             isinstance(call.func, ast.Attribute) and call.func.attr == "backward"
         )
@@ -144,7 +152,16 @@ def collect_facts(src: Source) -> FileFacts:
             and _top_level_owner(src, call) is None
             for call in src.calls
         )
+    if inits:
+        facts.setup = "dp2ddp" if all(_in_dp2ddp_helper(src, call) for call in inits) else "hand"
     return facts
+
+
+def _in_dp2ddp_helper(src: Source, node: ast.AST) -> bool:
+    """``node`` is in a function that dp2ddp added (its docstring says so)."""
+    func = src.function_of(node)
+    doc = ast.get_docstring(func) if func is not None else None
+    return bool(doc) and "(added by dp2ddp)" in doc
 
 
 def _top_level_owner(src: Source, node: ast.AST):

@@ -44,6 +44,9 @@ class FileRole:
     single_device: bool = False
     #: The file already sets up DDP itself (init_process_group, DDP, spawn).
     already_distributed: bool = False
+    #: ... through dp2ddp's own setup helper: converted earlier, and a DataParallel
+    #: left then (reported) may be finished now
+    set_up_by_dp2ddp: bool = False
 
 
 @dataclass

@@ -175,7 +175,7 @@ class RankDevice(Transform):
                 return updated
         device = self.rank_name(original, "device")
         if device is None:
-            self.manual(original, ".cuda() where no per-rank device can be defined")
+            self.manual(original, f".cuda() left as is: {self.no_rank_device(original)}")
             return updated
         if original.args and original.args[0].keyword is None:
             self.explicit_gpu_note(original.args[0].value)
@@ -200,7 +200,7 @@ class RankDevice(Transform):
                 continue
             device = self.rank_name(original, "device")
             if device is None:
-                self.manual(original, "hard-wired GPU where no per-rank device can be defined")
+                self.manual(original, f"hard-wired GPU left as is: {self.no_rank_device(original)}")
                 continue
             new_args[index] = arg.with_changes(value=cst.Name(device))
             changed = True

@@ -65,10 +65,14 @@ class DataParallelToDDP(Transform):
         self._wrapped_lines: Set[int] = set()
         self._saves: Optional[Dict[int, Tuple[int, str]]] = None
         self._helper_saves: Optional[Dict[int, Tuple[int, str, str, str]]] = None
+        self._unwrapped_noted = False
+        #: the file sets up DDP itself (a DataParallel here is its non-distributed
+        #: branch); not so for one dp2ddp converted, whose DataParallel was left
+        self._hand_made = self.role.already_distributed and not self.role.set_up_by_dp2ddp
         self._changes: Optional[list] = None
 
     def visit_Module(self, node: cst.Module) -> None:
-        if self.role.already_distributed:
+        if self._hand_made:
             return
         for stmt in node.body:
             if not m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom()])):
@@ -97,7 +101,11 @@ class DataParallelToDDP(Transform):
     # calls -------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.is_call(original_node, N.DATA_PARALLEL):
-            return self._convert(original_node, updated_node)
+            left = sum(f.kind == "manual" for f in self.findings)
+            result = self._convert(original_node, updated_node)
+            if original_node not in self._converted and sum(f.kind == "manual" for f in self.findings) > left:
+                self._left_unwrapped(original_node)
+            return result
         if self._saves_wrapped(original_node):
             name = P.dotted_name(original_node.args[0].value)
             if A.loaded_back(self.ast_source, name):
@@ -132,6 +140,18 @@ class DataParallelToDDP(Transform):
             self.note(original_node, local_data_parallel_note(", ".join(sorted(self.qnames(func)))))
         return updated_node
 
+    def _left_unwrapped(self, call: cst.Call) -> None:
+        """Said once per file: the rest of the program is converted (data sharded,
+        process group up), so a wrap left as DataParallel trains unsynchronised copies."""
+        if self._unwrapped_noted:
+            return
+        self._unwrapped_noted = True
+        self.note(
+            call,
+            "until this wrap is DDP, the converted program is not data-parallel: every process "
+            "trains its own copy of the model on its shard of the data and the copies drift apart",
+        )
+
     def _data_parallel_only(self, func: cst.BaseExpression) -> bool:
         """A helper that exists for DataParallel's replicas (vendored in many
         segmentation repos as ``sync_batchnorm``), resolved through the imports."""
@@ -142,7 +162,7 @@ class DataParallelToDDP(Transform):
         return name == "DataParallel" and not self.is_ref(func, N.DATA_PARALLEL)
 
     def _convert(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if self.role.already_distributed:
+        if self._hand_made:
             self.note(
                 original,
                 "DataParallel left as is: this file already sets up DDP and this is its "
@@ -191,7 +211,7 @@ class DataParallelToDDP(Transform):
         local_rank = self.rank_name(original, "local_rank")
         device = self.rank_name(original, "device")
         if local_rank is None or device is None:
-            self.manual(original, "DataParallel where no per-rank device can be defined")
+            self.manual(original, f"DataParallel left as is: {self.no_rank_device(original)}")
             return updated
         original_module = next(
             (a.value for a in original.args if a.keyword is None or a.keyword.value == "module"), None
@@ -350,13 +370,13 @@ class DataParallelToDDP(Transform):
         classes = original.args[1].value
         elements = classes.elements if isinstance(classes, cst.Tuple) else None
         if elements is None:
-            if not self.is_ref(classes, N.DATA_PARALLEL) or self.role.already_distributed:
+            if not self.is_ref(classes, N.DATA_PARALLEL) or self._hand_made:
                 return updated
             ddp = self.object_alias("torch.nn.parallel", "DistributedDataParallel", N.DDP)
             self.changed(original, "isinstance check tests for DistributedDataParallel")
             new_second = updated.args[1].with_changes(value=cst.parse_expression(ddp))
             return updated.with_changes(args=[updated.args[0], new_second])
-        if self.role.already_distributed or not any(
+        if self._hand_made or not any(
             self.is_ref(e.value, N.DATA_PARALLEL) for e in elements
         ):
             return updated

@@ -195,6 +195,8 @@ def assign_roles(
             single_device=bool(owners) and not any(facts[p].has_data_parallel for p in program),
             already_distributed=f.already_distributed
             or any(facts[e].already_distributed for e in owners),
+            set_up_by_dp2ddp="dp2ddp" in {facts[p].setup for p in (path, *owners)}
+            and "hand" not in {facts[p].setup for p in (path, *owners)},
         )
     return roles
 

@@ -66,3 +66,27 @@ def test_every_transform_has_fixtures():
     folders = {p.parent.name for p in CASES}
     missing = [t.NAME for t in TRANSFORMS if t.NAME not in folders]
     assert not missing, f"transforms without fixtures: {missing}"
+
+
+def test_a_wrap_left_for_a_human_is_finished_by_converting_again():
+    """A DataParallel left as is (its device was the script's own) in a file dp2ddp
+    converted -- its process group comes from dp2ddp's helper -- is converted once the
+    user fixes the device: the file is not taken for one that sets up DDP by hand."""
+    case = FIXTURES / "data-parallel-to-ddp" / "device_from_args_reported.out.py"
+    fixed = case.read_text().replace(
+        "    device = args.device  # a string the user chose: not this process's GPU\n",
+        '    local_rank = int(os.environ["LOCAL_RANK"])\n'
+        '    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")\n',
+    )
+    assert fixed != case.read_text()
+    fixed = fixed.replace("import os\n", "import os\nimport torch.distributed as dist\n", 1)
+    fixed = fixed.replace("def fit(", 'def init_distributed():\n    """Join (added by dp2ddp)."""\n'
+                          '    dist.init_process_group("gloo")\n\n\ndef fit(', 1)
+    file = _convert(fixed.encode(), {})
+    assert file.role.already_distributed and file.role.set_up_by_dp2ddp
+    assert file.output is not None
+    out = file.output.decode()
+    assert "nn.DataParallel" not in out and "DistributedDataParallel(" in out
+    # a file that starts its process group by hand keeps its DataParallel branch
+    by_hand = fixed.replace('    """Join (added by dp2ddp)."""\n', "")
+    assert "nn.DataParallel" in (_convert(by_hand.encode(), {}).output or by_hand.encode()).decode()
