@@ -200,6 +200,7 @@ class SetEpoch(Transform):
                     f"the loop stops on a value computed from this rank's shard ({', '.join(sorted(names))}): "
                     "ranks may stop at different times and the others wait forever in their next "
                     "all-reduce; all_reduce the value (or decide on rank 0 and broadcast) first",
+                    code="DDP307",  # lint's code for it (`dp2ddp rule DDP307`)
                 )
 
     def _epoch_loop(self, batch_loop: cst.For) -> Optional[cst.For]:
