@@ -240,6 +240,22 @@ class DataParallelToDDP(Transform):
         self._report_changes_after_wrap(original)
         return template.with_changes(args=args)
 
+    def _unwraps_itself(self, wraps) -> bool:
+        """The script takes the bare model where it may be wrapped
+        (``model.module.state_dict() if hasattr(model, "module") else ...``): its
+        checkpoints never had the 'module.' prefix, wrapped or not."""
+        names = {
+            P.dotted_name(t.target)
+            for stmt in wraps
+            for assign in P.find(stmt, cst.Assign)
+            for t in assign.targets
+        } - {""}
+        for call in P.find(self.module, cst.Call):
+            if m.matches(call.func, m.Name("hasattr")) and len(call.args) == 2:
+                if P.dotted_name(call.args[0].value) in names and P.string_value(call.args[1].value) == "module":
+                    return True
+        return False
+
     # a frozen model (a teacher) ------------------------------------------------
     def _frozen(self, module: Optional[cst.BaseExpression], at: cst.Call) -> str:
         """The dotted name of ``module`` when it is frozen before the wrap --
@@ -450,7 +466,7 @@ class DataParallelToDDP(Transform):
             original_node,
             "the DDP wrap is taken out of the GPU-only condition: every process wraps (GPU or CPU)",
         )
-        if "state_dict" in self.module.code:
+        if "state_dict" in self.module.code and not self._unwraps_itself(wraps):
             self.note(
                 original_node,
                 "the original wrapped only when it saw several GPUs, so its checkpoints from "

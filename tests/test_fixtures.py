@@ -90,3 +90,32 @@ def test_a_wrap_left_for_a_human_is_finished_by_converting_again():
     # a file that starts its process group by hand keeps its DataParallel branch
     by_hand = fixed.replace('    """Join (added by dp2ddp)."""\n', "")
     assert "nn.DataParallel" in (_convert(by_hand.encode(), {}).output or by_hand.encode()).decode()
+
+
+GUARDED_WRAP = b'''import torch
+import torch.nn as nn
+
+
+def fit(model, loader, optimizer, device):
+    if torch.cuda.device_count() > 1:
+        model = nn.DataParallel(model)
+    model.to(device)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+        optimizer.step()
+    torch.save(SAVED, "model.pt")
+'''
+
+
+@pytest.mark.parametrize(
+    "saved, noted",
+    [
+        (b"model.state_dict()", True),  # 'module.' keys now, not in the original's CPU runs
+        (b'model.module.state_dict() if hasattr(model, "module") else model.state_dict()', False),
+    ],
+)
+def test_prefix_note_for_a_wrap_taken_out_of_its_gpu_condition(saved, noted):
+    file = _convert(GUARDED_WRAP.replace(b"SAVED", saved), {})
+    notes = [f.message for f in file.findings if f.kind == "note" and f.code == "DDP001"]
+    assert any("'module.' prefix" in n for n in notes) == noted, notes

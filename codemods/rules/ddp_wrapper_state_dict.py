@@ -61,6 +61,8 @@ class DDPWrapperStateDict(Rule):
                 continue
             if dotted(call.func.value) not in wrapped:
                 continue
+            if _unwrapped_branch(src, call, dotted(call.func.value)):
+                continue  # ``m.module.state_dict() if hasattr(m, "module") else m.state_dict()``
             if _feeds_save(src, call, saved):
                 yield self.diagnostic(src, call)
 
@@ -79,4 +81,32 @@ def _feeds_save(src: Source, call: ast.Call, saved: Set[str]) -> bool:
             return any(dotted(t) in saved for t in anc.targets)
         if isinstance(anc, ast.stmt):
             return False
+    return False
+
+
+def _unwrapped_branch(src: Source, node: ast.AST, name: str) -> bool:
+    """``node`` is in the branch for a model that is not wrapped: the ``else`` of a
+    test ``hasattr(name, "module")`` / ``isinstance(name, DistributedDataParallel)``."""
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, (ast.IfExp, ast.If)) and _tests_wrapped(src, anc.test, name):
+            orelse = anc.orelse if isinstance(anc.orelse, list) else [anc.orelse]
+            if child in orelse:
+                return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        child = anc
+    return False
+
+
+def _tests_wrapped(src: Source, test: ast.AST, name: str) -> bool:
+    if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and len(test.args) == 2):
+        return False
+    if dotted(test.args[0]) != name:
+        return False
+    if test.func.id == "hasattr":
+        return isinstance(test.args[1], ast.Constant) and test.args[1].value == "module"
+    if test.func.id == "isinstance":
+        classes = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+        return any(src.qualname(c) in N.DDP | N.DATA_PARALLEL for c in classes)
     return False
