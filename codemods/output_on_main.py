@@ -62,7 +62,7 @@ class OutputOnMainProcess(MainProcessGuard):
                     name = P.dotted_name(target.target)
                     if name:
                         self._bars.add(name)
-            elif self.is_call(assign.value, N.WANDB_INIT):
+            elif self.is_call(value, N.WANDB_INIT):
                 names = [t.target.value for t in assign.targets if isinstance(t.target, cst.Name)]
                 if len(names) == len(assign.targets) and all(self._only_logged(node, n) for n in names):
                     self._runs.update(names)
@@ -84,7 +84,14 @@ class OutputOnMainProcess(MainProcessGuard):
             if isinstance(e.value, cst.Call) and isinstance(e.value.func, cst.Attribute)
             and isinstance(e.value.func.value, cst.Name) and e.value.func.value.value == name
         )
-        return uses == targets + calls
+        # ``if run is not None:`` / ``if run:``: None-safe already
+        checks = sum(
+            1 for c in P.find(module, cst.Comparison)
+            if m.matches(c.left, m.Name(name)) and len(c.comparisons) == 1
+            and isinstance(c.comparisons[0].operator, (cst.Is, cst.IsNot))
+            and m.matches(c.comparisons[0].comparator, m.Name("None"))
+        ) + sum(1 for i in P.find(module, cst.If) if m.matches(i.test, m.Name(name)))
+        return uses == targets + calls + checks
 
     def starts(self, stmt: cst.BaseStatement) -> Optional[str]:
         why = self._starts(stmt)
@@ -185,6 +192,10 @@ class OutputOnMainProcess(MainProcessGuard):
                 )
         if self.is_call(original_node, N.WANDB_INIT):
             parent = self.parent(original_node)
+            if isinstance(parent, cst.IfExp) and parent.body is original_node:
+                parent = self.parent(parent)  # run = wandb.init(...) if use_wandb else None
+                if parent not in self._runs_elsewhere:
+                    return updated_node  # (the condition gets the main-process test)
             if parent in self._runs_elsewhere:
                 self.manual(
                     original_node,
@@ -199,6 +210,34 @@ class OutputOnMainProcess(MainProcessGuard):
                     orelse=cst.Name("None"),
                 )
         return updated_node
+
+    def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
+        """``writer = SummaryWriter(d) if SummaryWriter is not None else None`` (an
+        optional tensorboard): the main-process test joins the condition."""
+        body = original_node.body
+        if not (
+            isinstance(self.parent(original_node), cst.Assign)
+            and m.matches(original_node.orelse, m.Name("None"))
+            and isinstance(body, cst.Call)
+            and (self.is_call(body, N.SUMMARY_WRITER) or self.is_call(body, N.WANDB_INIT) and self._parent_assign_ok(original_node))
+            and self._region_ok(original_node)
+            and not P.is_main_process_check(self, original_node.test)
+        ):
+            return updated_node
+        what = "TensorBoard writer" if self.is_call(body, N.SUMMARY_WRITER) else "wandb run"
+        self.changed(original_node, f"{what} on the main process only")
+        test = updated_node.test
+        if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not test.lpar:
+            test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        main = self.main_process_test()
+        if isinstance(main, cst.BooleanOperation):
+            main = main.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return updated_node.with_changes(test=cst.BooleanOperation(left=test, operator=cst.And(), right=main))
+
+    def _parent_assign_ok(self, node: cst.CSTNode) -> bool:
+        return self.parent(node) not in self._runs_elsewhere and all(
+            isinstance(t.target, cst.Name) and t.target.value in self._runs for t in self.parent(node).targets
+        )
 
     def _region_ok(self, node: cst.CSTNode) -> bool:
         stmt = self.statement_of(node)

@@ -126,6 +126,8 @@ def _only_logged(src: Source, call: ast.Call) -> bool:
     """The run of ``run = wandb.init(...)`` is used only as the receiver of whole
     statements (``run.log({...})``): what convert's output-on-main guards."""
     assign = src.parent(call)
+    if isinstance(assign, ast.IfExp) and assign.body is call:
+        assign = src.parent(assign)  # run = wandb.init() if use_wandb else None
     if not isinstance(assign, ast.Assign) or not all(isinstance(t, ast.Name) for t in assign.targets):
         return isinstance(assign, ast.Expr)
     for target in assign.targets:
@@ -134,6 +136,12 @@ def _only_logged(src: Source, call: ast.Call) -> bool:
             parent = src.parent(use)
             if isinstance(use.ctx, ast.Store) and isinstance(parent, ast.Assign):
                 continue
+            if isinstance(parent, ast.Compare) and parent.left is use and len(parent.ops) == 1 and isinstance(
+                parent.ops[0], (ast.Is, ast.IsNot)
+            ) and isinstance(parent.comparators[0], ast.Constant) and parent.comparators[0].value is None:
+                continue  # ``if run is not None:``
+            if isinstance(parent, ast.If) and parent.test is use:
+                continue  # ``if run:``
             call_of = src.parent(parent) if isinstance(parent, ast.Attribute) else None
             if not (isinstance(call_of, ast.Call) and call_of.func is parent and isinstance(src.parent(call_of), ast.Expr)):
                 return False
