@@ -155,5 +155,6 @@ HARMLESS_METHODS = frozenset(
      "get_last_lr", "state_dict", "device_count", "is_available", "get_device_name",
      "get_world_size", "get_rank", "memory_allocated", "max_memory_allocated",
      "getcwd", "join", "exists", "basename", "dirname", "count", "abspath", "realpath",
-     "relpath", "isfile", "isdir", "getsize", "splitext", "dumps"}
+     "relpath", "isfile", "isdir", "getsize", "splitext", "dumps",
+     "exp", "log", "log2", "log10", "sqrt", "floor", "ceil", "isnan", "isinf", "isfinite"}
 )

@@ -50,7 +50,10 @@ DDP_API = frozenset(
 
 
 #: methods of a model that run no forward pass (HF's save_pretrained, get_input_embeddings...)
-_NOT_FORWARD_PREFIXES = ("save", "load", "get_", "set_", "push_to_hub", "resize_", "tie_", "gradient_checkpointing")
+_NOT_FORWARD_PREFIXES = (
+    "save", "load", "get_", "set_", "push_to_hub", "resize_", "tie_", "gradient_checkpointing",
+    "init_", "num_", "count_", "reset_", "summary",  # init_hidden(bsz): zeros, no forward
+)
 
 #: builtins that take a module as a container of its layers
 _CONTAINER_BUILTINS = frozenset({"enumerate", "len", "list", "iter", "reversed", "tuple", "zip"})

@@ -259,6 +259,9 @@ class DistributedSamplerTransform(Transform):
                 if not sampler_placed:
                     overrides.append(f'"sampler": {sampler_code}')
                     sampler_placed = True
+                if not overrides:  # everything was given by keyword: the **kwargs stay as they are
+                    new_args.append(arg)
+                    continue
                 merged = cst.parse_expression("{**%s, %s}" % (star_code, ", ".join(overrides)))
                 new_args.append(arg.with_changes(value=merged))
                 continue
