@@ -75,6 +75,7 @@ class DistributedSamplerTransform(Transform):
         #: loops over a converted loader -> its global batch expression (``opt.batchSize``)
         self._batch_loops: Dict[cst.For, str] = {}
         self._batch_reported: Set[cst.CSTNode] = set()
+        self._sum_noted = False
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not self.is_call(original_node, N.DATA_LOADER):
@@ -293,7 +294,32 @@ class DistributedSamplerTransform(Transform):
                 "batch_size stays the global batch: each process loads batch_size // world_size",
                 code="DDP103",
             )
+            self._note_summed_loss()
         return updated.with_changes(args=new_args)
+
+    def _note_summed_loss(self) -> None:
+        """``reduction="sum"`` (pytorch/examples' VAE): DataParallel's loss summed the
+        whole batch; under DDP each process sums its share and DDP *averages* the
+        gradients, so they come out world_size times smaller.  Said once."""
+        if self._sum_noted:
+            return
+        for call in P.find(self.module, cst.Call):
+            for arg in call.args:
+                keyword = arg.keyword.value if arg.keyword is not None else ""
+                summed = (keyword == "reduction" and P.string_value(arg.value) == "sum") or (
+                    keyword == "size_average" and m.matches(arg.value, m.Name("False"))
+                )
+                if summed:
+                    self._sum_noted = True
+                    self.note(
+                        call,
+                        "a summed loss (reduction=\"sum\"): DDP averages the gradients of the "
+                        "processes, so each step's gradient is now 1/world_size of the "
+                        "original's; multiply this loss by dist.get_world_size() (or the "
+                        "learning rate) to train as before",
+                        code="DDP103",
+                    )
+                    return
 
     def _iterable_dataset(self, dataset: cst.BaseExpression) -> bool:
         """``dataset`` is an object of an ``IterableDataset`` class (one of this

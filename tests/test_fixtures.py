@@ -119,3 +119,13 @@ def test_prefix_note_for_a_wrap_taken_out_of_its_gpu_condition(saved, noted):
     file = _convert(GUARDED_WRAP.replace(b"SAVED", saved), {})
     notes = [f.message for f in file.findings if f.kind == "note" and f.code == "DDP001"]
     assert any("'module.' prefix" in n for n in notes) == noted, notes
+
+
+def test_a_summed_loss_is_noted_in_global_batch_mode_only():
+    source = (FIXTURES / "distributed-sampler" / "summed_loss_noted.in.py").read_bytes()
+    for mode, noted in (("global", True), ("per-process", False)):
+        file = _convert(source, {"batch_size": mode})
+        notes = [f for f in file.findings if f.kind == "note" and "summed loss" in f.message]
+        assert bool(notes) == noted, (mode, notes)
+        if noted:
+            assert notes[0].line == 11 and notes[0].code == "DDP103"
