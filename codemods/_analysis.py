@@ -671,6 +671,30 @@ def is_epoch_loop(node: ast.AST) -> bool:
 _METRIC = re.compile(r"(?i)loss|acc|correct")
 
 
+def accumulates_metrics(src: Source) -> Optional[bool]:
+    """Whether a training loop of this file (a loop that calls ``backward()``)
+    accumulates a metric -- ``running_loss += loss.item()``, ``correct += ...``,
+    ``meter.update(loss.item())`` -- None when the file has no training loop
+    (the loop may be in another module)."""
+    found: Optional[bool] = None
+    for call in src.calls:
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "backward"):
+            continue
+        loop = next((a for a in src.ancestors(call) if isinstance(a, (ast.For, ast.While))), None)
+        if loop is None:
+            continue
+        found = False
+        for node in ast.walk(loop):
+            if isinstance(node, ast.AugAssign) or (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("update", "append", "add_")
+            ):
+                text = ast.dump(node)
+                if "'item'" in text or _METRIC.search(" ".join(_names(node))):
+                    return True
+    return found
+
+
 def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
     """``if train_loss < target: break`` in a loop around a training loop, with the
     names of the test that hold a value computed from this rank's own batches: a

@@ -39,6 +39,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
@@ -270,11 +271,12 @@ class DistributedSamplerTransform(Transform):
         if not sampler_placed:
             new_args = _append(new_args, _kwarg("sampler", sampler_code, like=new_args[-1]))
         self.changed(original, f"training DataLoader ({why}) gets a DistributedSampler")
-        self.note(
-            original,
-            "metrics computed over this loader during training (running loss, accuracy) "
-            "now cover each rank's shard; all_reduce their sums for global numbers",
-        )
+        if A.accumulates_metrics(self.ast_source) is not False:  # (None: the loop is elsewhere)
+            self.note(
+                original,
+                "metrics computed over this loader during training (running loss, accuracy) "
+                "now cover each rank's shard; all_reduce their sums for global numbers",
+            )
         if per_process:
             self.note(
                 original,

@@ -129,3 +129,14 @@ def test_a_summed_loss_is_noted_in_global_batch_mode_only():
         assert bool(notes) == noted, (mode, notes)
         if noted:
             assert notes[0].line == 11 and notes[0].code == "DDP103"
+
+
+def test_the_shard_metrics_note_only_where_a_training_loop_accumulates_one():
+    source = (FIXTURES / "distributed-sampler" / "summed_loss_noted.in.py").read_text()
+    accumulating = source.replace(
+        "            optimizer.step()\n", "            optimizer.step()\n            running_loss += loss.item()\n"
+    )
+    for text, noted in ((source, False), (accumulating, True)):
+        file = _convert(text.encode(), {})
+        notes = [f for f in file.findings if "cover each rank's shard" in f.message]
+        assert bool(notes) == noted, notes
