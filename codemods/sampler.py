@@ -37,6 +37,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.codemod.visitors import RemoveImportsVisitor
 from libcst.metadata import ScopeProvider
 
 from . import _analysis as A
@@ -173,18 +174,74 @@ class DistributedSamplerTransform(Transform):
         )
 
     # the rewrite ---------------------------------------------------------------
+    def _plain_sampler(self, loader: cst.Call) -> Optional[str]:
+        """``sampler=RandomSampler(dataset)`` / ``SequentialSampler(dataset)`` of the
+        loader's own dataset, nothing else: the shuffle its DistributedSampler gets."""
+        value = _arg(loader, 3, "sampler")
+        dataset = _arg(loader, 0, "dataset")
+        if not isinstance(value, cst.Call) or dataset is None or _arg(loader, 2, "shuffle") is not None:
+            return None
+        if len(value.args) != 1 or value.args[0].keyword not in (None,) and value.args[0].keyword.value != "data_source":
+            return None
+        if self.module.code_for_node(value.args[0].value) != self.module.code_for_node(dataset):
+            return None
+        if self.is_call(value, N.RANDOM_SAMPLER):
+            return "True"
+        if self.is_call(value, N.SEQUENTIAL_SAMPLER):
+            return "False"
+        return None
+
+    def _drop_import_if_unused(self, func: cst.BaseExpression) -> None:
+        """The ``from torch.utils.data import RandomSampler`` of a replaced sampler,
+        removed when nothing else uses it."""
+        if not isinstance(func, cst.Name):
+            return
+        for stmt in self.module.body:
+            if not m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom()])):
+                continue
+            imp = stmt.body[0]
+            if imp.relative or isinstance(imp.names, cst.ImportStar) or imp.module is None:
+                continue
+            for alias in imp.names:
+                bound = alias.asname.name.value if alias.asname else alias.name.value
+                if bound == func.value:
+                    RemoveImportsVisitor.remove_unused_import(
+                        self.context, P.dotted_module(imp.module), alias.name.value,
+                        alias.asname.name.value if alias.asname else None,
+                    )
+
+    def _custom_sampler_message(self, keyword: str, value: cst.BaseExpression) -> str:
+        code = self.module.code_for_node(value)
+        if isinstance(value, cst.Name):
+            assigned = self.only_value(value, pure=False)
+            value = assigned if assigned is not None else value
+        if any(self.is_call(c, N.DISTRIBUTED_SAMPLER) for c in P.find(value, cst.Call)):
+            return (
+                f"training DataLoader with {keyword}={code}, which the script chooses itself (a "
+                "DistributedSampler under some condition, e.g. args.local_rank != -1): make sure "
+                "that condition holds under torchrun (LOCAL_RANK is in the environment)"
+            )
+        if isinstance(value, cst.Call) and self.is_call(value, N.RANDOM_SAMPLER | N.SEQUENTIAL_SAMPLER):
+            shuffle = "True" if self.is_call(value, N.RANDOM_SAMPLER) else "False"
+            return (
+                f"training DataLoader with {keyword}={code} (a {P.dotted_name(value.func)}): use "
+                f"DistributedSampler(dataset, shuffle={shuffle}) instead, so that each rank gets "
+                "its own part of the data"
+            )
+        return (
+            f"training DataLoader with a custom {keyword}= ({code}): shard it across ranks by hand "
+            "(each rank must see a different part of the data)"
+        )
+
     def _convert(self, original: cst.Call, updated: cst.Call, why: str) -> cst.BaseExpression:
+        plain = self._plain_sampler(original)
         for keyword in ("sampler", "batch_sampler"):
             value = _arg(original, 3 if keyword == "sampler" else 4, keyword)
-            if value is None:
+            if value is None or keyword == "sampler" and plain is not None:
                 continue
             if self.is_call(value, N.DISTRIBUTED_SAMPLER):
                 return updated  # converted already
-            self.manual(
-                original,
-                f"training DataLoader with a custom {keyword}=: shard it across ranks by hand "
-                "(each rank must see a different part of the data)",
-            )
+            self.manual(original, self._custom_sampler_message(keyword, value))
             return updated
         dataset = _arg(original, 0, "dataset")
         if dataset is not None and self._iterable_dataset(dataset):
@@ -227,7 +284,10 @@ class DistributedSamplerTransform(Transform):
         sampler_placed = False
         star_code = self.module.code_for_node(star.value) if star is not None else ""
 
-        if shuffle_expr is not None:
+        if plain is not None:
+            shuffle_code = plain  # RandomSampler: shuffled; SequentialSampler: in order
+            self._drop_import_if_unused(_arg(original, 3, "sampler").func)
+        elif shuffle_expr is not None:
             shuffle_code = self.module.code_for_node(shuffle_expr)
         elif star is not None:
             shuffle_code = f'{star_code}.get("shuffle", False)'
@@ -242,7 +302,9 @@ class DistributedSamplerTransform(Transform):
             if hoisted is not None and (keyword == "dataset" or (positional and index == 0)):
                 new_args.append(arg.with_changes(value=cst.Name(hoisted)))
                 continue
-            if keyword == "shuffle" or (positional and index == 2):
+            if keyword == "shuffle" or (positional and index == 2) or plain is not None and (
+                keyword == "sampler" or positional and index == 3
+            ):
                 new_args.append(_kwarg("sampler", sampler_code, like=arg))
                 sampler_placed = True
                 continue
