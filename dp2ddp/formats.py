@@ -30,7 +30,9 @@ def summary(diagnostics: Sequence[Diagnostic], fixable: int, unsafe_fixable: int
     if fixable:
         line += f"; {fixable} fixable with --fix"
     if unsafe_fixable:
-        line += f" ({unsafe_fixable} more with --unsafe-fixes)"
+        # (like ruff's "hidden fixes": findings already counted, whose fix is unsafe)
+        line += f"; {unsafe_fixable} {'has an unsafe fix' if unsafe_fixable == 1 else 'have unsafe fixes'}"
+        line += " (--fix --unsafe-fixes)"
     return line + "."
 
 
