@@ -165,8 +165,16 @@ def test_two_simulated_machines_expose_local_rank_assumptions(workdir):
 
 def test_against_the_original(workdir):
     case = FIXTURES / "e2e" / "dp_classifier"
-    shutil.copy(case / "before" / "train.py", workdir / "original.py")
-    shutil.copy(case / "after" / "train.py", workdir / "converted.py")
+    # shuffled, so that the original's RandomSampler must be fed the distributed run's
+    # order (it draws its own otherwise: not the same samples)
+    original = (case / "before" / "train.py").read_text()
+    converted = (case / "after" / "train.py").read_text()
+    shuffled = "DataLoader(train_set, batch_size=args.batch_size, shuffle=True)"
+    (workdir / "original.py").write_text(
+        original.replace("DataLoader(train_set, batch_size=args.batch_size, shuffle=False)", shuffled)
+    )
+    (workdir / "converted.py").write_text(converted.replace("DistributedSampler(train_set, shuffle=False)", "DistributedSampler(train_set, shuffle=True)"))
+    assert (workdir / "original.py").read_text() != original and (workdir / "converted.py").read_text() != converted
     from dp2ddp.verify import VerifyOptions, verify
 
     good = verify(VerifyOptions(script="converted.py", args=["--epochs", "2"], against="original.py"))

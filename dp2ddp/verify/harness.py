@@ -141,6 +141,38 @@ class Harness:
         self.open_passes: List["_RecordingIter"] = []
         self.written: set = set()
         self._stack_file = None
+        self._replay: Optional[Dict[int, List[List[int]]]] = None
+
+    def replay_plan(self, number: int) -> Optional[List[List[int]]]:
+        """In the original's run (``--against``): the sample indices each rank drew in
+        pass ``number`` of the distributed run's one shuffled training loader, so that
+        the original's RandomSampler can be fed the same samples, batch for batch.
+        None when there is not exactly one such loader to follow."""
+        if self._replay is None:
+            self._replay = {}
+            loaders: Dict[str, set] = {}
+            by_rank: Dict[int, Dict[int, List[int]]] = {}
+            for name in sorted(os.listdir(self.directory)):
+                match = re.fullmatch(r"rank(\d+)\.jsonl", name)
+                if not match:
+                    continue
+                with builtins.open(os.path.join(self.directory, name)) as handle:
+                    for line in handle:
+                        try:
+                            event = json.loads(line)
+                        except ValueError:
+                            continue
+                        if event.get("event") != "pass" or event.get("sampler") != "DistributedSampler":
+                            continue
+                        if not event.get("shuffle"):
+                            continue
+                        loaders.setdefault(name, set()).add(event.get("loader"))
+                        by_rank.setdefault(int(match.group(1)), {})[event["number"]] = event["indices"]
+            if by_rank and all(len(ids) == 1 for ids in loaders.values()):
+                ranks = sorted(by_rank)
+                for number_ in set.intersection(*(set(by_rank[r]) for r in ranks)):
+                    self._replay[number_] = [by_rank[r][number_] for r in ranks]
+        return self._replay.get(number)
 
     # -- set-up ------------------------------------------------------------
     def install(self) -> None:
@@ -425,8 +457,27 @@ class _RecordingIter:
                 info["sampler_len"] = len(sampler)
             except TypeError:
                 info["sampler_len"] = None
+        self.replay: Optional[List[List[int]]] = None
+        if harness.mode == "original" and info["shuffle"]:
+            self.replay = self._replay_batches(harness.replay_plan(self.number))
+            info["replayed"] = self.replay is not None
         self.info = info
         harness.open_passes.append(self)
+
+    def _replay_batches(self, plan: Optional[List[List[int]]]) -> Optional[List[List[int]]]:
+        """The original's batches, each the union of the ranks' batches of the same
+        step (DataParallel's batch = the DDP processes' batches together)."""
+        from torch.utils.data import BatchSampler
+
+        batch_size = getattr(self.loader, "batch_size", None)
+        if not plan or not batch_size or not isinstance(getattr(self.loader, "batch_sampler", None), BatchSampler):
+            return None
+        world = len(plan)
+        if batch_size % world:
+            return None
+        share = batch_size // world
+        steps = max((len(p) + share - 1) // share for p in plan)
+        return [[i for p in plan for i in p[step * share : (step + 1) * share]] for step in range(steps)]
 
     def __next__(self):
         if not self.started:
@@ -436,11 +487,17 @@ class _RecordingIter:
         if harness.epoch_batches and self.batches >= harness.epoch_batches:
             self.close()
             raise StopIteration
-        try:
-            batch = next(self.inner)
-        except StopIteration:
-            self.close()
-            raise
+        if self.replay is not None:  # the distributed run's samples, not the sampler's draw
+            if self.batches >= len(self.replay):
+                self.close()
+                raise StopIteration
+            batch = self.replay[self.batches]
+        else:
+            try:
+                batch = next(self.inner)
+            except StopIteration:
+                self.close()
+                raise
         self.batches += 1
         if isinstance(batch, (list, tuple)):
             self.indices.extend(int(i) for i in batch if isinstance(i, int) or hasattr(i, "__index__"))
