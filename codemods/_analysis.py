@@ -695,6 +695,30 @@ def accumulates_metrics(src: Source) -> Optional[bool]:
     return found
 
 
+def in_batch_comparison(src: Source) -> Optional[ast.AST]:
+    """A loss that compares the samples of a batch with each other -- InfoNCE,
+    SimCLR, CLIP: a similarity matrix (``a @ b.t()``, ``torch.mm(a, b.T)``) scored
+    against ``torch.arange(...)`` labels in the same function -- else None.  Under
+    DDP each process builds it from its own share of the batch only."""
+    for func in [*src.of_type(ast.FunctionDef, ast.AsyncFunctionDef), src.tree]:
+        body = func.body if isinstance(func, ast.Module) else [func]
+        nodes = [n for stmt in body for n in (ast.walk(stmt) if not isinstance(func, ast.Module) else _walk_here(stmt))]
+        transposed = any(
+            isinstance(n, ast.Attribute) and n.attr in ("t", "T", "transpose", "mT") for n in nodes
+        )
+        product = any(
+            isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult)
+            or isinstance(n, ast.Call) and last_name(n.func) in ("mm", "matmul", "einsum", "bmm")
+            for n in nodes
+        )
+        arange = next(
+            (n for n in nodes if isinstance(n, ast.Call) and src.qualname(n.func) == "torch.arange"), None
+        )
+        if transposed and product and arange is not None:
+            return arange
+    return None
+
+
 def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
     """``if train_loss < target: break`` in a loop around a training loop, with the
     names of the test that hold a value computed from this rank's own batches: a

@@ -78,6 +78,7 @@ class DistributedSamplerTransform(Transform):
         self._batch_loops: Dict[cst.For, str] = {}
         self._batch_reported: Set[cst.CSTNode] = set()
         self._sum_noted = False
+        self._contrast_noted = False
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not self.is_call(original_node, N.DATA_LOADER):
@@ -359,7 +360,29 @@ class DistributedSamplerTransform(Transform):
                 code="DDP103",
             )
             self._note_summed_loss()
+            self._note_in_batch_comparison()
         return updated.with_changes(args=new_args)
+
+    def _note_in_batch_comparison(self) -> None:
+        """InfoNCE/SimCLR/CLIP: each sample's negatives are the rest of the batch,
+        which is now this process's share only.  Said once, where the labels are."""
+        if self._contrast_noted:
+            return
+        node = A.in_batch_comparison(self.ast_source)
+        if node is None:
+            return
+        self._contrast_noted = True
+        stmt = self.statement_at(node.lineno)
+        line_node = stmt if stmt is not None else self.module
+        self.note(
+            line_node,
+            "this loss compares the samples of a batch with each other (a similarity matrix "
+            "against torch.arange labels: in-batch negatives); each process now builds it from "
+            "its own share of the batch, so it has world_size times fewer negatives -- gather "
+            "the embeddings of all processes first (torch.distributed.nn.functional.all_gather "
+            "keeps their gradients) to train as before",
+            code="DDP103",
+        )
 
     def _note_summed_loss(self) -> None:
         """``reduction="sum"`` (pytorch/examples' VAE): DataParallel's loss summed the

@@ -140,3 +140,43 @@ def test_the_shard_metrics_note_only_where_a_training_loop_accumulates_one():
         file = _convert(text.encode(), {})
         notes = [f for f in file.findings if "cover each rank's shard" in f.message]
         assert bool(notes) == noted, notes
+
+
+CONTRASTIVE = b'''import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+
+def info_nce(z1, z2, t=0.1):
+    logits = F.normalize(z1, dim=1) @ F.normalize(z2, dim=1).t() / t
+    return F.cross_entropy(logits, torch.arange(len(z1), device=z1.device))
+
+
+def fit(model, views, optimizer):
+    loader = DataLoader(views, batch_size=256, shuffle=True)
+    for epoch in range(10):
+        for v1, v2 in loader:
+            loss = LOSS
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+'''
+
+
+@pytest.mark.parametrize(
+    "loss, mode, noted",
+    [
+        (b"info_nce(model(v1), model(v2))", "global", True),
+        (b"info_nce(model(v1), model(v2))", "per-process", False),  # each process keeps the batch
+        (b"F.mse_loss(model(v1), model(v2))", "global", False),
+    ],
+)
+def test_in_batch_negatives_are_noted(loss, mode, noted):
+    source = CONTRASTIVE.replace(b"LOSS", loss)
+    if not noted and b"mse" in loss:
+        source = source.replace(source[source.index(b"def info_nce"):source.index(b"def fit")], b"")
+    file = _convert(source, {"batch_size": mode})
+    found = [f for f in file.findings if "in-batch negatives" in f.message]
+    assert bool(found) == noted, found
+    if noted:
+        assert found[0].line == 8 and found[0].kind == "note"
