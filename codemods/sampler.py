@@ -476,7 +476,7 @@ class DistributedSamplerTransform(Transform):
             return
         scope = self.enclosing_function(loader) or self.module
         for loop in P.find(scope, cst.For):
-            if target in {P.dotted_name(x) for x in _iterated(loop.iter)}:
+            if target in {P.dotted_name(x) for x in _iterated(loop.iter)} and not _binds(loop, name):
                 self._batch_loops[loop] = name
 
     def _loop_batch(self, node: cst.CSTNode) -> str:
@@ -499,10 +499,10 @@ class DistributedSamplerTransform(Transform):
         if not name or P.dotted_name(original) != name:
             return updated
         parent = self.parent(original)
-        if isinstance(parent, cst.Attribute) and parent.value is original:
-            return updated  # ``opt`` of ``opt.batchSize``
-        if isinstance(parent, (cst.AssignTarget, cst.Arg)) and getattr(parent, "keyword", None) is original:
-            return updated
+        if isinstance(parent, cst.Attribute):
+            return updated  # ``opt`` of ``opt.batchSize``; ``batch_size`` of ``args.batch_size``
+        if isinstance(parent, cst.Arg) and parent.keyword is original:
+            return updated  # ``batch_size=`` of a call
         if self._shape_argument(original):
             self.changed(
                 original,
@@ -584,6 +584,16 @@ def _simple(node: cst.CSTNode) -> bool:
 
 
 _ITER_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "track", "progress_bar"})
+
+
+def _binds(node: cst.CSTNode, name: str) -> bool:
+    """``name`` is assigned somewhere in ``node`` (``batch_size = x.size(0)``: the
+    batch's own size from then on)."""
+    for target in [*P.find(node, cst.AssignTarget), *P.find(node, cst.AugAssign), *P.find(node, cst.For)]:
+        bound = target.target
+        if any(P.dotted_name(n) == name for n in [bound, *P.find(bound, cst.Name), *P.find(bound, cst.Attribute)]):
+            return True
+    return False
 
 
 #: calls whose positional arguments (or a tuple of them) are a shape
