@@ -66,6 +66,7 @@ class DataParallelToDDP(Transform):
         self._saves: Optional[Dict[int, Tuple[int, str]]] = None
         self._helper_saves: Optional[Dict[int, Tuple[int, str, str, str]]] = None
         self._unwrapped_noted = False
+        self._frozen_left: Set[cst.Call] = set()
         #: the file sets up DDP itself (a DataParallel here is its non-distributed
         #: branch); not so for one dp2ddp converted, whose DataParallel was left
         self._hand_made = self.role.already_distributed and not self.role.set_up_by_dp2ddp
@@ -103,7 +104,11 @@ class DataParallelToDDP(Transform):
         if self.is_call(original_node, N.DATA_PARALLEL):
             left = sum(f.kind == "manual" for f in self.findings)
             result = self._convert(original_node, updated_node)
-            if original_node not in self._converted and sum(f.kind == "manual" for f in self.findings) > left:
+            if (
+                original_node not in self._converted
+                and original_node not in self._frozen_left
+                and sum(f.kind == "manual" for f in self.findings) > left
+            ):
                 self._left_unwrapped(original_node)
             return result
         if self._saves_wrapped(original_node):
@@ -224,7 +229,7 @@ class DataParallelToDDP(Transform):
             )
         frozen = self._frozen(original_module, original)
         if frozen:
-            return self._frozen_model(original, module_arg, frozen)
+            return self._frozen_model(original, updated, module_arg, frozen)
         ddp = self.object_alias("torch.nn.parallel", "DistributedDataParallel", N.DDP)
         torch_name = self.torch()
         template = cst.parse_expression(
@@ -288,7 +293,9 @@ class DataParallelToDDP(Transform):
                 return name
         return ""
 
-    def _frozen_model(self, original: cst.Call, module_arg: cst.BaseExpression, name: str) -> cst.BaseExpression:
+    def _frozen_model(
+        self, original: cst.Call, updated: cst.Call, module_arg: cst.BaseExpression, name: str
+    ) -> cst.BaseExpression:
         """DDP refuses a module none of whose parameters requires a gradient (there
         is nothing to average): the frozen model just goes on this process's device.
         Code that relies on the wrapper (``name.module``, its ``state_dict()`` keys)
@@ -304,7 +311,8 @@ class DataParallelToDDP(Transform):
                 f"it should not be wrapped -- but the code uses {name}.module or its state_dict() "
                 "keys; drop the wrap and those by hand",
             )
-            return original
+            self._frozen_left.add(original)  # (no DDP needed: the program is data-parallel without it)
+            return updated
         self._converted.add(original)
         self.changed(
             original,
