@@ -180,3 +180,30 @@ def test_in_batch_negatives_are_noted(loss, mode, noted):
     assert bool(found) == noted, found
     if noted:
         assert found[0].line == 8 and found[0].kind == "note"
+
+
+@pytest.mark.parametrize(
+    "rest, removed",
+    [
+        ("x = 1  # DataParallel in a comment\n", True),
+        ('"""DataParallel in prose."""\n', True),
+        ("model = DataParallel(model)\n", False),
+        ('__all__ = ["DataParallel"]\n', False),
+        ('def f(m: "DataParallel"):\n    return m\n', False),
+        ("y = nn.DataParallel\n", False),  # an attribute of that name: kept (cautious)
+    ],
+)
+def test_an_import_scheduled_for_removal_goes_only_when_unused(rest, removed):
+    import libcst as cst
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    from dp2ddp.codemods._base import apply_scheduled_imports
+
+    source = "import torch\nfrom torch.nn.parallel import DataParallel, DistributedDataParallel\n" + rest
+    context = CodemodContext(filename="t.py")
+    RemoveImportsVisitor.remove_unused_import(context, "torch.nn.parallel", "DataParallel")
+    out = apply_scheduled_imports(context, cst.parse_module(source)).code
+    first = out.splitlines()[1]
+    assert ("DataParallel," not in first) == removed, out
+    assert "DistributedDataParallel" in first
