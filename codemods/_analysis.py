@@ -695,6 +695,37 @@ def accumulates_metrics(src: Source) -> Optional[bool]:
     return found
 
 
+def iterable_dataset(src: Source, dataset: Optional[ast.AST]) -> bool:
+    """``dataset`` (an argument of a DataLoader) is an object of an
+    ``IterableDataset`` class -- torch's, or one of this file's classes deriving
+    from it, maybe through another -- built there or assigned to the name once.
+    (A stream: a DistributedSampler cannot shard it; DataLoader refuses one.)"""
+    if isinstance(dataset, ast.Name):
+        values = [
+            a.value for a in src.of_type(ast.Assign)
+            if any(isinstance(t, ast.Name) and t.id == dataset.id for t in a.targets)
+        ]
+        dataset = values[0] if len(values) == 1 else dataset
+    if not isinstance(dataset, ast.Call):
+        return False
+    if src.is_call(dataset, N.ITERABLE_DATASET):
+        return True
+    classes = {c.name: c for c in src.of_type(ast.ClassDef)}
+    seen: Set[str] = set()
+
+    def iterable(name: str) -> bool:
+        cls = classes.get(name)
+        if cls is None or name in seen:
+            return False
+        seen.add(name)
+        return any(
+            src.qualname(base) in N.ITERABLE_DATASET or isinstance(base, ast.Name) and iterable(base.id)
+            for base in cls.bases
+        )
+
+    return isinstance(dataset.func, ast.Name) and iterable(dataset.func.id)
+
+
 def in_batch_comparison(src: Source) -> Optional[ast.AST]:
     """A loss that compares the samples of a batch with each other -- InfoNCE,
     SimCLR, CLIP: a similarity matrix (``a @ b.t()``, ``torch.mm(a, b.T)``) scored

@@ -245,7 +245,7 @@ class DistributedSamplerTransform(Transform):
             self.manual(original, self._custom_sampler_message(keyword, value))
             return updated
         dataset = _arg(original, 0, "dataset")
-        if dataset is not None and self._iterable_dataset(dataset):
+        if dataset is not None and self._iterable_dataset(original):
             self.manual(
                 original,
                 "training DataLoader over an IterableDataset: a DistributedSampler cannot shard a "
@@ -408,32 +408,15 @@ class DistributedSamplerTransform(Transform):
                     )
                     return
 
-    def _iterable_dataset(self, dataset: cst.BaseExpression) -> bool:
-        """``dataset`` is an object of an ``IterableDataset`` class (one of this
-        file's classes that derives from it, maybe through another), built here or
-        assigned once to the name."""
-        if isinstance(dataset, cst.Name):
-            value = self.only_value(dataset, pure=False)
-            dataset = value if value is not None else dataset
-        if not isinstance(dataset, cst.Call):
-            return False
-        if self.is_call(dataset, N.ITERABLE_DATASET):
-            return True
-        classes = {c.name.value: c for c in P.find(self.module, cst.ClassDef)}
-        seen: Set[str] = set()
-
-        def iterable(name: str) -> bool:
-            cls = classes.get(name)
-            if cls is None or name in seen:
-                return False
-            seen.add(name)
-            return any(
-                self.is_ref(base.value, N.ITERABLE_DATASET)
-                or isinstance(base.value, cst.Name) and iterable(base.value.value)
-                for base in cls.bases
-            )
-
-        return isinstance(dataset.func, cst.Name) and iterable(dataset.func.value)
+    def _iterable_dataset(self, loader: cst.Call) -> bool:
+        """The loader's dataset is an ``IterableDataset`` (``_analysis.iterable_dataset``,
+        lint's test, on the ``ast`` call at the same place)."""
+        line, column = self.position(loader)
+        src = self.ast_source
+        for call in src.calls:
+            if call.lineno == line and call.col_offset + 1 == column and src.qualname(call.func) in N.DATA_LOADER:
+                return A.iterable_dataset(src, A.argument(call, 0, "dataset"))
+        return False
 
     def _hoist_dataset(self, call: cst.Call, dataset: cst.BaseExpression) -> Optional[str]:
         """Assign an inline dataset to a variable before the statement; its name."""

@@ -6,7 +6,7 @@ import ast
 from typing import Iterator
 
 from .. import _names as N
-from .._analysis import Source, argument, classify_loader, uses_distributed
+from .._analysis import Source, argument, classify_loader, iterable_dataset, uses_distributed
 from ._base import Diagnostic, Rule
 
 
@@ -61,5 +61,7 @@ class LoaderWithoutDistributedSampler(Rule):
                 continue
             if any(kw.arg is None for kw in call.keywords):
                 continue  # **kwargs: cannot see what it holds
+            if iterable_dataset(src, argument(call, 0, "dataset")):
+                continue  # a stream: sharded in its __iter__, if at all (no sampler possible)
             if classify_loader(src, call) == "train":
                 yield self.diagnostic(src, call)
