@@ -298,8 +298,8 @@ class SetEpoch(Transform):
                 placed = True  # done already (an earlier run)
                 continue
             known = self._known_loader(arg, call)
-            if known in ("eval", "other"):
-                continue
+            if known in ("eval", "other") or known != "ours" and P.is_eval_name(arg_name.rsplit(".", 1)[-1]):
+                continue  # (``run_epoch(model, val_loader)``: the same function evaluates)
             self._plan(loop, arg_name, loop.target.value, known != "ours", ("top", loop))
             if loop not in self._stops_checked:  # the caller's epoch loop may stop early
                 self._stops_checked.add(loop)
