@@ -366,7 +366,9 @@ class Transform(Codemod, cst.CSTTransformer):
             name = module
         if name is None:
             if self._free_global(preferred) and not self._bound_locally(preferred):
-                AddImportsVisitor.add_needed_import(self.context, module, asname=preferred)
+                AddImportsVisitor.add_needed_import(
+                    self.context, module, asname=preferred if preferred != module else None
+                )  # (``import torch``, not ``import torch as torch``)
                 name = preferred
             else:
                 AddImportsVisitor.add_needed_import(self.context, module)

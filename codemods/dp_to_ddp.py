@@ -148,8 +148,8 @@ class DataParallelToDDP(Transform):
     def _left_unwrapped(self, call: cst.Call) -> None:
         """Said once per file: the rest of the program is converted (data sharded,
         process group up), so a wrap left as DataParallel trains unsynchronised copies."""
-        if self._unwrapped_noted:
-            return
+        if self._unwrapped_noted or not self.role.in_program or self._hand_made:
+            return  # (a script that does not train, a hand-made DDP file: nothing data-parallel to lose)
         self._unwrapped_noted = True
         self.note(
             call,
