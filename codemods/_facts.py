@@ -10,6 +10,7 @@ will touch are then parsed with LibCST.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from typing import List, Set, Tuple
 
@@ -25,6 +26,8 @@ class FileFacts:
     mentions_data_parallel: bool = False
     has_data_loader: bool = False
     already_distributed: bool = False
+    #: calls DistributedDataParallel itself
+    wraps_ddp: bool = False
     #: who starts the process group here: "dp2ddp" (only its own
     #: ``init_distributed()`` helper: a file converted earlier, where a DataParallel
     #: left then may be finished now), "hand" (the script's own
@@ -130,6 +133,8 @@ def collect_facts(src: Source) -> FileFacts:
             facts.already_distributed = True
         if name in N.INIT_PROCESS_GROUP or name in N.SPAWN:
             inits.append(call)
+        if name in N.DDP:
+            facts.wraps_ddp = True
         trains = N.is_optimizer(name) or (
             isinstance(call.func, ast.Attribute) and call.func.attr == "backward"
         )
@@ -175,3 +180,31 @@ def _top_level_owner(src: Source, node: ast.AST):
             break
         top = anc
     return top if is_main_guard(top) else None
+
+
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
+
+
+def import_facts(text: str) -> FileFacts:
+    """Only the imports of a file the prefilter keeps from being parsed (it never
+    mentions torch), read from its text: such a file can still be a link of the
+    program's import graph -- a package ``__init__.py`` that re-exports
+    (``from .builder import wrap``), a ``common.py`` between two torch modules."""
+    facts = FileFacts()
+    for match in _IMPORT.finditer(text):
+        for part in match.group(1).split(","):
+            name = part.split(" as ")[0].strip()
+            if name:
+                facts.imports.add(name)
+    for match in _FROM_IMPORT.finditer(text):
+        dots, module, names = match.groups()
+        names = [n.split(" as ")[0].strip() for n in names.strip("()").replace("\\", " ").split(",")]
+        names = [n for n in names if n and n != "*" and n.isidentifier()]
+        if dots:
+            facts.relative_imports.add((len(dots), module))
+            facts.relative_imports.update((len(dots), f"{module}.{n}" if module else n) for n in names)
+        elif module:
+            facts.imports.add(module)
+            facts.imports.update(f"{module}.{n}" for n in names)
+    return facts

@@ -35,7 +35,7 @@ from dp2ddp.codemods._model import (
     local_data_parallel_note,
 )
 from dp2ddp.codemods._analysis import Source, decode
-from dp2ddp.codemods._facts import FileFacts, collect_facts
+from dp2ddp.codemods._facts import FileFacts, collect_facts, import_facts
 
 
 class InternalError(Exception):
@@ -134,7 +134,9 @@ def _resolve_imports(paths: Sequence[str], facts: Mapping[str, FileFacts]) -> Di
 
 
 def assign_roles(
-    facts: Mapping[str, FileFacts], explicit: Optional[Set[str]] = None
+    facts: Mapping[str, FileFacts],
+    explicit: Optional[Set[str]] = None,
+    passthrough: Optional[Mapping[str, FileFacts]] = None,
 ) -> Dict[str, FileRole]:
     """Each file's role in the program (see ``FileRole``).
 
@@ -145,10 +147,12 @@ def assign_roles(
     import, transitively.  With no entry among the files given (a library
     folder), the files that wrap with DataParallel or build DataLoaders are the
     program, since some script outside will run them -- and so is a file the user
-    named explicitly (``explicit``; None: every file).
+    named explicitly (``explicit``; None: every file).  ``passthrough``: files that
+    do not use torch (never converted, given no role) whose imports still link the
+    graph -- a package ``__init__.py`` that re-exports a module's function.
     """
-    paths = list(facts)
-    graph = _resolve_imports(paths, facts)
+    linked = {**(passthrough or {}), **facts}
+    graph = _resolve_imports(list(linked), linked)
     closures: Dict[str, Set[str]] = {}
 
     def closure(start: str) -> Set[str]:
@@ -163,7 +167,7 @@ def assign_roles(
         return closures[start]
 
     def convertible(files: Set[str]) -> bool:
-        return any(facts[p].has_data_parallel or facts[p].has_data_loader for p in files)
+        return any(linked[p].has_data_parallel or linked[p].has_data_loader for p in files)
 
     entries: Dict[str, str] = {}
     for path, f in facts.items():
@@ -174,7 +178,7 @@ def assign_roles(
             continue
         if f.module_level_trains:
             entries[path] = "module"
-        elif any(facts[p].trains for p in reach):
+        elif any(linked[p].trains for p in reach):
             entries[path] = "main-block"
     library_mode = not entries
     roles = {}
@@ -192,7 +196,9 @@ def assign_roles(
             is_entry=path in entries,
             entry_kind=entries.get(path, ""),
             in_program=in_program,
-            single_device=bool(owners) and not any(facts[p].has_data_parallel for p in program),
+            # (a program that wraps in DDP somewhere already is not wrapped again)
+            single_device=bool(owners)
+            and not any(linked[p].has_data_parallel or linked[p].wraps_ddp for p in program),
             already_distributed=f.already_distributed
             or any(facts[e].already_distributed for e in owners),
             set_up_by_dp2ddp="dp2ddp" in {facts[p].setup for p in (path, *owners)}
@@ -396,6 +402,7 @@ def convert_sources(
     facts: Dict[str, FileFacts] = {}
     untouchable: Set[str] = set()  # scripts that do not use torch: never changed
     candidates = []
+    passthrough: Dict[str, FileFacts] = {}  # files without torch: links of the import graph
     for path, data in sources.items():
         result = FileResult(path=path, source=data)
         results[path] = result
@@ -403,6 +410,8 @@ def convert_sources(
             candidates.append((path, data))
         else:
             result.skipped = True
+            if b"import" in data:
+                passthrough[path] = import_facts(data.decode("utf-8", "replace"))
     for path, file_facts, error in _map_cached(
         _facts_one, candidates, workers, cache and cache.get_facts, cache and cache.put_facts, _PARALLEL_FACTS
     ):
@@ -415,6 +424,7 @@ def convert_sources(
             untouchable.add(path)
         if not file_facts.uses_torch:
             result.skipped = True
+            passthrough[path] = file_facts
             # a project's own class named DataParallel: not converted, but said so
             result.findings = [
                 Finding(
@@ -427,7 +437,7 @@ def convert_sources(
             ] + _star_findings(path, file_facts)
             continue
         facts[path] = file_facts
-    roles = assign_roles(facts, explicit)
+    roles = assign_roles(facts, explicit, passthrough)
     jobs = []
     for path, role in roles.items():
         result = results[path]

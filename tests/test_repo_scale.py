@@ -563,3 +563,51 @@ def test_check_with_emit_launch_is_a_usage_error(tmp_path):
     path = _copy_dp(tmp_path)
     result = invoke("convert", "--check", "--emit-launch", tmp_path / "launch", path)
     assert result.exit_code == 2 and not (tmp_path / "launch").exists()
+
+
+def test_a_package_that_re_exports_its_modules_is_one_program(tmp_path):
+    """``from .nets import wrap`` where ``nets/__init__.py`` re-exports it from
+    ``nets/builder.py`` (an ``__init__`` without torch, which the prefilter keeps
+    from being parsed): the import graph follows it, so the entry point gets the
+    process group that the converted wrap and loader need -- and the program runs."""
+    from dp2ddp.engine import convert_sources
+
+    root = tmp_path / "proj"
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/nets/__init__.py": "from .builder import wrap\n",
+        "pkg/nets/builder.py": "import torch.nn as nn\n\n\ndef wrap(model):\n    return nn.DataParallel(model)\n",
+        "pkg/data/__init__.py": "from .loader import (\n    build_loader,\n)\n",
+        "pkg/data/loader.py": (
+            "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+            "def build_loader():\n    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+            "    return DataLoader(data, batch_size=8, shuffle=True)\n"
+        ),
+        "pkg/train.py": (
+            "import torch\n\nfrom .data import build_loader\nfrom .nets import wrap\n\n\n"
+            "def main():\n    model = wrap(torch.nn.Linear(4, 1))\n"
+            "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    loader = build_loader()\n"
+            "    for epoch in range(2):\n        for x, y in loader:\n"
+            "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+            "            opt.zero_grad()\n            loss.backward()\n            opt.step()\n"
+            "    if torch.distributed.get_rank() == 0:\n        print('ranks', torch.distributed.get_world_size())\n\n\n"
+            "if __name__ == '__main__':\n    main()\n"
+        ),
+    }
+    result = convert_sources({k: v.encode() for k, v in files.items()})
+    by_path = {f.path: f for f in result.files}
+    assert by_path["pkg/train.py"].role.is_entry
+    assert b"init_distributed()" in by_path["pkg/train.py"].output
+    assert b"DistributedDataParallel(" in by_path["pkg/nets/builder.py"].output
+    assert b"DistributedSampler(" in by_path["pkg/data/loader.py"].output
+    assert not by_path["pkg/train.py"].output.count(b"DistributedDataParallel(")  # wrapped once, in builder
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        out = by_path[name].output
+        (root / name).write_bytes(out if out is not None else text.encode())
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "pkg.train"],
+        cwd=root, env=script_env(tmp_path), capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ranks 2" in run.stdout
