@@ -12,10 +12,10 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import List, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from . import _names as N
-from ._analysis import Source
+from ._analysis import Source, last_name
 
 
 @dataclass
@@ -47,6 +47,10 @@ class FileFacts:
     #: names (torch, nn, DataLoader...) without binding them itself: they may come
     #: through the star, where name resolution cannot follow
     torch_through_star: List[Tuple[int, str]] = field(default_factory=list)
+    #: folders the file puts on ``sys.path`` (``sys.path.insert(0, "lib")``,
+    #: HRNet's ``_init_paths``: ``osp.join(osp.dirname(__file__), "..", "lib")``),
+    #: relative to the file's folder: imports resolve there too
+    path_roots: Set[str] = field(default_factory=set)
 
 
 #: names a training script takes from torch (``import torch.nn as nn``, ...)
@@ -97,6 +101,8 @@ def collect_facts(src: Source) -> FileFacts:
             else:
                 facts.imports.add(module)
                 facts.imports.update(f"{module}.{name}" for name in names)
+    if "sys.path" in src.text or "addsitedir" in src.text:
+        facts.path_roots = _path_roots(src)
     if "import *" in src.text:
         stars = [
             (node.lineno, "." * node.level + (node.module or ""))
@@ -162,6 +168,59 @@ def collect_facts(src: Source) -> FileFacts:
     return facts
 
 
+_FILE = "<__file__>"
+
+
+def _path_roots(src: Source) -> Set[str]:
+    """The folders, relative to the file's own, that path expressions of a file
+    which edits ``sys.path`` name: literal strings and ``os.path``/``pathlib``
+    arithmetic on ``__file__``, through simple assignments (``this_dir =
+    osp.dirname(__file__)``) -- every such expression handed to a call, so
+    that a helper (``add_path(lib_path)``) counts too."""
+    import posixpath
+
+    env: Dict[str, str] = {}
+
+    def ev(node: ast.AST) -> Optional[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return None if posixpath.isabs(node.value) else node.value
+        if isinstance(node, ast.Name):
+            return _FILE if node.id == "__file__" else env.get(node.id)
+        if isinstance(node, ast.Attribute) and node.attr == "parent":
+            inner = ev(node.value)
+            return None if inner is None else ("." if inner == _FILE else posixpath.join(inner, ".."))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            left, right = ev(node.left), ev(node.right)
+            return None if None in (left, right) or _FILE in (left, right) else posixpath.join(left, right)
+        if not isinstance(node, ast.Call):
+            return None
+        name = last_name(node.func)
+        args = [ev(a) for a in node.args]
+        if name in ("abspath", "realpath", "normpath", "str", "Path", "expanduser", "fspath") and len(args) == 1:
+            return args[0]
+        if name in ("resolve", "absolute") and isinstance(node.func, ast.Attribute):
+            return ev(node.func.value)
+        if name == "dirname" and len(args) == 1 and args[0] is not None:
+            return "." if args[0] == _FILE else posixpath.join(args[0], "..")
+        if name == "join" and args and None not in args and _FILE not in args:
+            return posixpath.join(*args)
+        return None
+
+    roots: Set[str] = set()
+    for node in ast.walk(src.tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = ev(node.value)
+            if value is not None:
+                env[node.targets[0].id] = value
+    for call in src.calls:
+        for arg in call.args:
+            value = ev(arg)
+            if value not in (None, _FILE) and (isinstance(arg, ast.Name) or not isinstance(arg, ast.Constant)
+                                               or last_name(call.func) in ("insert", "append", "addsitedir")):
+                roots.add(posixpath.normpath(value))
+    return roots
+
+
 def _in_dp2ddp_helper(src: Source, node: ast.AST) -> bool:
     """``node`` is in a function that dp2ddp added (its docstring says so)."""
     func = src.function_of(node)
@@ -207,4 +266,9 @@ def import_facts(text: str) -> FileFacts:
         elif module:
             facts.imports.add(module)
             facts.imports.update(f"{module}.{n}" for n in names)
+    if "sys.path" in text or "addsitedir" in text:  # (HRNet's _init_paths.py: no torch in it)
+        try:
+            facts.path_roots = _path_roots(Source("<imports>", text))
+        except (SyntaxError, ValueError, RecursionError):
+            pass
     return facts

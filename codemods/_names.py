@@ -104,6 +104,14 @@ LOGGING_CHATTER = frozenset({"logging.info", "logging.debug"})
 LOGGER_FACTORY = frozenset({"logging.getLogger"})
 LOGGER_CHATTER_METHODS = frozenset({"info", "debug"})
 
+
+def is_logger_name(dotted: str) -> bool:
+    """``logger``, ``log``, ``self.logger``, ``train_logger``: what projects call the
+    logger their own helper made (``logger = get_logger(cfg)``, HRNet's
+    ``create_logger``), which name resolution cannot trace to ``logging``."""
+    last = dotted.rsplit(".", 1)[-1].lower().lstrip("_")
+    return last in ("log", "logger") or last.endswith("_logger")
+
 #: Names in ``torch.optim`` that are not optimizers.
 _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
 

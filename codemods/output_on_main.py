@@ -150,6 +150,8 @@ class OutputOnMainProcess(MainProcessGuard):
         func = call.func
         if not (isinstance(func, cst.Attribute) and func.attr.value in N.LOGGER_CHATTER_METHODS):
             return False
+        if N.is_logger_name(P.dotted_name(func.value)):
+            return True  # a project's own logger (``logger = create_logger(cfg)``)
         if not isinstance(func.value, cst.Name):
             return False
         scope = self.get_metadata(ScopeProvider, call, None)

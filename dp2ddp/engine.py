@@ -106,6 +106,14 @@ def _resolve_imports(paths: Sequence[str], facts: Mapping[str, FileFacts]) -> Di
                 found.add(hit)
         return found
 
+    # folders some file of the program puts on sys.path (a process-wide setting)
+    roots = sorted(
+        {
+            os.path.normpath(os.path.join(os.path.dirname(os.path.normpath(p)), root))
+            for p in paths
+            for root in facts[p].path_roots
+        }
+    )
     graph: Dict[str, Set[str]] = {}
     for path in paths:
         targets: Set[str] = set()
@@ -118,6 +126,7 @@ def _resolve_imports(paths: Sequence[str], facts: Mapping[str, FileFacts]) -> Di
             ancestors.append(parent)
         if folder:
             ancestors.append("")
+        ancestors += [r if r != "." else "" for r in roots if r not in ancestors]
         for name in facts[path].imports:
             for base in ancestors:
                 hits = lookup(base, name)

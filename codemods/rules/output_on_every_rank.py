@@ -11,6 +11,7 @@ from .._analysis import (
     is_main_process_check,
     is_not_main_check,
     is_pure,
+    dotted,
     is_rank_expr,
     on_main_process_only,
     uses_distributed,
@@ -85,8 +86,10 @@ class OutputOnEveryRank(Rule):
             chatter = name == "builtins.print" or name in N.LOGGING_CHATTER or (
                 isinstance(call.func, ast.Attribute)
                 and call.func.attr in N.LOGGER_CHATTER_METHODS
-                and isinstance(call.func.value, ast.Name)
-                and call.func.value.id in loggers
+                and (
+                    isinstance(call.func.value, ast.Name) and call.func.value.id in loggers
+                    or N.is_logger_name(dotted(call.func.value))
+                )
             )
             if not chatter or src.function_of(call) is None and not _in_main_block(src, call):
                 continue
