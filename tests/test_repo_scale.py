@@ -611,3 +611,38 @@ def test_a_package_that_re_exports_its_modules_is_one_program(tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ranks 2" in run.stdout
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        'sys.path.insert(0, "lib")\n',
+        'sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))\n',
+        "import _init_paths\n",  # HRNet: a module without torch that edits sys.path
+    ],
+)
+def test_imports_resolve_through_folders_put_on_sys_path(setup):
+    from dp2ddp.engine import convert_sources
+
+    files = {
+        "tools/_init_paths.py": (
+            "import os.path as osp\nimport sys\n\n\ndef add_path(path):\n    sys.path.insert(0, path)\n\n\n"
+            "this_dir = osp.dirname(__file__)\nadd_path(osp.join(this_dir, 'lib'))\n"
+        ),
+        "tools/lib/engine.py": (
+            "import torch\n\n\ndef save(model, path):\n    torch.save(model.state_dict(), path)\n"
+        ),
+        "tools/train.py": (
+            "import os\nimport sys\n\nimport torch\n" + setup + "from engine import save\n\n\n"
+            "def main():\n    model = torch.nn.DataParallel(torch.nn.Linear(4, 1))\n"
+            "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=4, shuffle=True)\n"
+            "    for epoch in range(2):\n        for x in loader:\n            opt.zero_grad()\n"
+            "            model(x).sum().backward()\n            opt.step()\n        save(model, 'm.pt')\n\n\n"
+            "if __name__ == '__main__':\n    main()\n"
+        ),
+    }
+    result = convert_sources({k: v.encode() for k, v in files.items()})
+    engine = next(f for f in result.files if f.path == "tools/lib/engine.py")
+    assert engine.role is not None and engine.role.in_program
+    assert engine.output is not None and b"get_rank() == 0" in engine.output  # its save: rank 0 only
