@@ -299,6 +299,15 @@ class Transform(Codemod, cst.CSTTransformer):
             yield current
             current = self.parent(current)
 
+    def ast_call(self, call: cst.Call):
+        """The ``ast.Call`` of ``ast_source`` at the place of ``call`` (for the
+        recognisers shared with lint), or None."""
+        line, column = self.position(call)
+        for node in self.ast_source.calls:
+            if node.lineno == line and node.col_offset + 1 == column:
+                return node
+        return None
+
     def statement_at(self, line: int) -> Optional[Stmt]:
         """The (outermost) statement that starts at ``line`` of the module being
         transformed: where a finding of an ``ast`` recogniser (``_analysis``) lands."""
@@ -447,14 +456,14 @@ class Transform(Codemod, cst.CSTTransformer):
         a notebook or a test may import without one, also true when there is no
         process group: ``not dist.is_initialized() or dist.get_rank() == 0``."""
         dist = self.dist()
-        if self.role.is_entry:
+        if self.role.is_entry and self.role.group_always_up:
             return cst.parse_expression(f"{dist}.get_rank() == 0")
         return cst.parse_expression(f"not {dist}.is_initialized() or {dist}.get_rank() == 0")
 
     def other_process_test(self) -> cst.BaseExpression:
         """The negation of ``main_process_test`` (for ``tqdm(disable=...)``)."""
         dist = self.dist()
-        if self.role.is_entry:
+        if self.role.is_entry and self.role.group_always_up:
             return cst.parse_expression(f"{dist}.get_rank() != 0")
         return cst.parse_expression(f"{dist}.is_initialized() and {dist}.get_rank() != 0")
 

@@ -47,6 +47,11 @@ class FileRole:
     #: ... through dp2ddp's own setup helper: converted earlier, and a DataParallel
     #: left then (reported) may be finished now
     set_up_by_dp2ddp: bool = False
+    #: the entry file's process group is up wherever its code runs (dp2ddp set it
+    #: up first thing): a bare ``dist.get_rank() == 0`` is safe there.  Not so for
+    #: ``lint --fix`` on a script that starts it by hand, maybe late or only when
+    #: launched distributed.
+    group_always_up: bool = True
 
 
 @dataclass

@@ -20,12 +20,14 @@ guarded: the call may run the DDP model, which every rank must reach.
 
 from __future__ import annotations
 
+import ast
 from typing import Optional, Set
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
 from ._guard import MainProcessGuard, single_call
@@ -119,7 +121,7 @@ class OutputOnMainProcess(MainProcessGuard):
 
     def _starts(self, stmt: cst.BaseStatement) -> Optional[str]:
         call = single_call(stmt)
-        if call is None:
+        if call is None or self._names_the_rank(call):
             return None
         if self.is_call(call, {"builtins.print"}) and all(P.is_pure(a.value) for a in call.args):
             return "print from the main process only"
@@ -136,6 +138,18 @@ class OutputOnMainProcess(MainProcessGuard):
         if wandb and all(P.is_pure(a.value) for a in call.args):
             return "wandb from the main process only"
         return None
+
+    def _names_the_rank(self, call: cst.Call) -> bool:
+        """``print(f"[GPU{gpu_id}] epoch {epoch}")``: meant per rank (lint's DDP301
+        does not report it either: the same ``_analysis.is_rank_expr``)."""
+        text = self.module.code_for_node(call).lower()
+        if "rank" not in text and "gpu" not in text:
+            return False  # (the cheap test first)
+        node = self.ast_call(call)
+        src = self.ast_source
+        return node is not None and any(
+            A.is_rank_expr(src, n) for arg in (*node.args, *(k.value for k in node.keywords)) for n in ast.walk(arg)
+        )
 
     def _bar_write(self, call: cst.Call) -> bool:
         """``tqdm.write(msg)`` or ``bar.write(msg)`` of a bar made here."""

@@ -411,12 +411,8 @@ class DistributedSamplerTransform(Transform):
     def _iterable_dataset(self, loader: cst.Call) -> bool:
         """The loader's dataset is an ``IterableDataset`` (``_analysis.iterable_dataset``,
         lint's test, on the ``ast`` call at the same place)."""
-        line, column = self.position(loader)
-        src = self.ast_source
-        for call in src.calls:
-            if call.lineno == line and call.col_offset + 1 == column and src.qualname(call.func) in N.DATA_LOADER:
-                return A.iterable_dataset(src, A.argument(call, 0, "dataset"))
-        return False
+        call = self.ast_call(loader)
+        return call is not None and A.iterable_dataset(self.ast_source, A.argument(call, 0, "dataset"))
 
     def _hoist_dataset(self, call: cst.Call, dataset: cst.BaseExpression) -> Optional[str]:
         """Assign an inline dataset to a variable before the statement; its name."""

@@ -655,6 +655,7 @@ def apply_transforms(path: str, source: bytes, names, settings: Settings = Setti
         in_program=True,
         single_device="module-access" in names,
         already_distributed=False,
+        group_always_up=False,  # the script starts it itself: maybe late, maybe not at all
     )
     selected = tuple(t for t in TRANSFORMS if t.NAME in names and t.NAME != "process-group-setup")
 
