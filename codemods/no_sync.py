@@ -97,6 +97,12 @@ class NoSyncAccumulation(Transform):
         cond_code = self.module.code_for_node(condition)
         if isinstance(condition, (cst.IfExp, cst.Lambda, cst.NamedExpr)):
             cond_code = f"({cond_code})"
+        if not self.role.group_always_up:
+            # (lint --fix on a script that wraps by hand: maybe only when launched
+            # distributed -- ``if local_rank != -1: model = DDP(model)``)
+            if isinstance(condition, cst.BooleanOperation):
+                cond_code = f"({cond_code})"
+            cond_code = f'{cond_code} or not hasattr({model}, "no_sync")'
         header = cst.parse_statement(
             f"with contextlib.nullcontext() if {cond_code} else {model}.no_sync():\n    pass\n"
         )

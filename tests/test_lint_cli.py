@@ -305,3 +305,56 @@ def test_unsafe_fixes_that_open_the_way_to_others_are_applied_in_one_run(tmp_pat
     assert "Fixed 1 file" in first.stdout
     again = lint(script, "--no-config", "--no-cache", "--format", "json")
     assert [d for d in json.loads(again.stdout) if d["fix"] is not None] == []
+
+
+OPTIONAL_DDP = '''import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    local_rank = int(os.environ.get("LOCAL_RANK", -1))
+    print("starting")  # before the process group: it may not be up
+    if local_rank != -1:
+        dist.init_process_group("gloo")
+    model = nn.Linear(4, 1)
+    if local_rank != -1:
+        model = DDP(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    accum = 2
+    for step in range(4):
+        loss = model(torch.randn(8, 4)).pow(2).mean() / accum
+        loss.backward()
+        if (step + 1) % accum == 0:
+            opt.step()
+            opt.zero_grad()
+        print(f"step {step} loss {loss.item():.4f}")
+    if local_rank != -1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_fixes_keep_a_script_that_runs_without_a_process_group_running(tmp_path):
+    """A hand-made DDP script that also runs as a plain ``python`` process (the
+    process group and the wrap only under a launcher): the DDP301 and DDP203
+    fixes must not need a process group, nor a DDP model."""
+    path = tmp_path / "train.py"
+    path.write_text(OPTIONAL_DDP)
+    before = lint(path, "--no-config")
+    assert {"DDP301", "DDP203"} <= {line.split()[1] for line in before.stdout.splitlines() if ": DDP" in line}
+    lint(path, "--no-config", "--fix")
+    fixed = path.read_text()
+    assert "not dist.is_initialized() or dist.get_rank() == 0" in fixed and "no_sync" in fixed
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        env.pop(key, None)
+    run = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "starting" in run.stdout and "step 3" in run.stdout
