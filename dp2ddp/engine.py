@@ -624,12 +624,15 @@ def _verify(
 
 
 # ------------------------------------------------------------------ targeted fixes
-def apply_transforms(path: str, source: bytes, names, settings: Settings = Settings()) -> FileResult:
+def apply_transforms(
+    path: str, source: bytes, names, settings: Settings = Settings(markers=False)
+) -> FileResult:
     """Run the named transforms on one file, whatever its role in a conversion.
 
     Used by ``lint --fix`` on scripts that are already distributed: the file is
     treated as program code (not a pre-DDP script), and the result is checked to
-    parse and to be a fixed point like every conversion.
+    parse and to be a fixed point like every conversion.  No ``# dp2ddp:``
+    markers: lint reports the spots a transform leaves; a comment is no fix.
     """
     import libcst as cst
     from libcst.codemod import CodemodContext

@@ -307,7 +307,7 @@ def test_unsafe_fixes_that_open_the_way_to_others_are_applied_in_one_run(tmp_pat
     assert [d for d in json.loads(again.stdout) if d["fix"] is not None] == []
 
 
-OPTIONAL_DDP = '''import os
+RUNS_WITHOUT_A_GROUP = '''import os
 
 import torch
 import torch.distributed as dist
@@ -346,7 +346,7 @@ def test_fixes_keep_a_script_that_runs_without_a_process_group_running(tmp_path)
     process group and the wrap only under a launcher): the DDP301 and DDP203
     fixes must not need a process group, nor a DDP model."""
     path = tmp_path / "train.py"
-    path.write_text(OPTIONAL_DDP)
+    path.write_text(RUNS_WITHOUT_A_GROUP)
     before = lint(path, "--no-config")
     assert {"DDP301", "DDP203"} <= {line.split()[1] for line in before.stdout.splitlines() if ": DDP" in line}
     lint(path, "--no-config", "--fix")
@@ -358,3 +358,21 @@ def test_fixes_keep_a_script_that_runs_without_a_process_group_running(tmp_path)
     run = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "starting" in run.stdout and "step 3" in run.stdout
+
+
+def test_a_fix_that_only_leaves_a_spot_writes_no_comment(tmp_path):
+    # no per-rank device to load onto (the script's device is a literal): the
+    # transform leaves the spot; --fix must not add a "# dp2ddp:" comment to the file
+    path = tmp_path / "load.py"
+    source = (
+        "import torch\nimport torch.distributed as dist\n\n\ndef main():\n"
+        '    dist.init_process_group("gloo")\n    device = torch.device("cpu")\n'
+        '    state = torch.load("pretrained.pt")\n    dist.destroy_process_group()\n\n\n'
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    path.write_text(source)
+    result = lint(path, "--no-config", "--no-cache", "--fix")
+    assert path.read_text() == source
+    assert "DDP304" in result.stdout and result.exit_code == 1
+    data = json.loads(lint(path, "--no-config", "--no-cache", "--format", "json").stdout)
+    assert [d["fix"] for d in data if d["code"] == "DDP304"] == [None]
