@@ -24,7 +24,9 @@ class CollectiveInRankBranch(Rule):
     ## What it does
     Reports a collective (`dist.barrier()`, `all_reduce`, `broadcast`,
     `all_gather`, ...) inside a branch that depends on the rank (`if rank == 0:`,
-    `if dist.get_rank() != 0:`, `if is_main_process():`), and a `break` or
+    `if dist.get_rank() != 0:`, `if is_main_process():`) -- also through a
+    function of the file that runs one (`if rank == 0: print(sync_metric(loss))`,
+    `validate(model.module, loader)` that all-reduces its sums) -- and a `break` or
     `return` inside such a branch that leaves a loop or function where the other
     ranks go on to a collective (a `backward()` of a DDP model, a DDP forward, a
     `barrier`). What counts as a rank check is documented in `_analysis`
@@ -83,6 +85,26 @@ class CollectiveInRankBranch(Rule):
             if _other_branch_has(src, branch, call, lambda n: isinstance(n, ast.Call) and src.qualname(n.func) == name):
                 continue  # `if rank == src: gather(...) else: gather(...)`: every rank calls it
             yield self.diagnostic(src, call)
+        # ``if rank == 0: print(sync_metric(loss))``: a function of the file that runs one
+        reaching = _collective_functions(src)
+        for call in src.calls if reaching else ():
+            if not (isinstance(call.func, ast.Name) and call.func.id in reaching):
+                continue
+            branch = rank_branch(src, call)
+            if branch is None or src.function_of(call) is not None and src.function_of(call).name == call.func.id:
+                continue
+            name = call.func.id
+            if _other_branch_has(
+                src, branch, call, lambda n: isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+            ):
+                continue
+            yield self.diagnostic(
+                src,
+                call,
+                f"{name}() runs a collective ({reaching[name]}) inside a branch that depends on the "
+                "rank: the other ranks never reach it and this rank waits forever; call it on every "
+                "rank, then use the result under the check",
+            )
         if not uses_distributed(src):
             return
         wrapped = ddp_wrapped_names(src)
@@ -104,6 +126,34 @@ class CollectiveInRankBranch(Rule):
                         f"rank-dependent {kind}: the other ranks go on to a collective "
                         "(DDP backward/forward, barrier) and wait forever",
                     )
+
+
+def _collective_functions(src: Source) -> dict:
+    """Functions of the module that run a collective on every call (not behind a
+    rank check of their own), directly or through another such function:
+    {name: the collective}."""
+    functions = {f.name: f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found: dict = {}
+    for name, func in functions.items():
+        for call in ast.walk(func):
+            if isinstance(call, ast.Call) and is_collective(src, call) and rank_branch(src, call) is None:
+                found[name] = src.qualname(call.func).rsplit(".", 1)[-1]
+                break
+    changed = True
+    while changed:
+        changed = False
+        for name, func in functions.items():
+            if name in found:
+                continue
+            for call in ast.walk(func):
+                if (
+                    isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in found
+                    and rank_branch(src, call) is None
+                ):
+                    found[name] = found[call.func.id]
+                    changed = True
+                    break
+    return found
 
 
 def _other_branch_has(src: Source, branch, node, predicate) -> bool:
