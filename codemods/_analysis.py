@@ -420,7 +420,9 @@ def is_main_process_check(src: Source, test: ast.AST) -> bool:
         if isinstance(test.op, ast.And):
             return any(is_main_process_check(src, v) for v in test.values)
         # `not dist.is_initialized() or dist.get_rank() == 0`: a world of one, or rank 0
-        values = [v for v in test.values if not _not_initialized(v)]
+        # (also HF's `args.local_rank == -1 or get_rank() == 0`, the ImageNet example's
+        # `not args.multiprocessing_distributed or (... and args.rank % ngpus == 0)`)
+        values = [v for v in test.values if not _not_distributed(src, v)]
         return bool(values) and all(is_main_process_check(src, v) for v in values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return is_rank_expr(src, test.operand)
@@ -438,6 +440,23 @@ def is_main_process_check(src: Source, test: ast.AST) -> bool:
         return bool(_MAIN_FUNC.match(last_name(test.func)))
     if isinstance(test, (ast.Name, ast.Attribute)):
         return bool(_MAIN_VAR.match(last_name(test)))
+    return False
+
+
+def _not_distributed(src: Source, node: ast.AST) -> bool:
+    """True only in a run without a process group: ``not dist.is_initialized()``,
+    ``args.local_rank == -1``, ``not args.distributed``, ``world_size == 1``."""
+    if _not_initialized(node):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        word = last_name(node.operand).lower() if isinstance(node.operand, (ast.Name, ast.Attribute)) else ""
+        return "distributed" in word or word in ("ddp", "use_ddp", "is_ddp")
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
+        left, right = node.left, node.comparators[0]
+        if _int_value(right) == -1:
+            return is_rank_expr(src, left)
+        if _int_value(right) == 1 and isinstance(left, (ast.Name, ast.Attribute, ast.Call)):
+            return "world_size" in (last_name(left.func) if isinstance(left, ast.Call) else last_name(left))
     return False
 
 
