@@ -179,12 +179,25 @@ def _paired_barrier_functions(src: Source) -> set:
         if not isinstance(branch, ast.If):
             continue
         in_body = any(call is n for stmt in branch.body for n in ast.walk(stmt))
-        main, not_main = is_main_process_check(src, branch.test), is_not_main_check(src, branch.test)
+        test, rest = _rank_conjunct(src, branch.test)
+        main, not_main = is_main_process_check(src, test), is_not_main_check(src, test)
         side = ("main" if main else "other" if not_main else None) if in_body else (
             "other" if main else "main" if not_main else None
         )
-        sides.setdefault(src.function_of(call), set()).add(side)
-    return {owner for owner, seen in sides.items() if {"main", "other"} <= seen}
+        # (HF: `if args.local_rank not in [-1, 0] and not evaluate:` ... `if
+        # args.local_rank == 0 and not evaluate:` -- the same other condition on both)
+        sides.setdefault((src.function_of(call), rest), set()).add(side)
+    return {owner for (owner, _), seen in sides.items() if {"main", "other"} <= seen}
+
+
+def _rank_conjunct(src: Source, test: ast.AST):
+    """``(rank test, the other conjuncts)`` of ``rank_test and other...``; the test
+    itself and "" when it is no such conjunction."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        ranked = [v for v in test.values if is_main_process_check(src, v) or is_not_main_check(src, v)]
+        if len(ranked) == 1:
+            return ranked[0], ast.dump(ast.BoolOp(op=ast.And(), values=[v for v in test.values if v is not ranked[0]]))
+    return test, ""
 
 
 def _left_scope(src: Source, node: ast.AST):
