@@ -785,6 +785,12 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
     # helper); what a training function returns is the rank's own, unless it is one
     agreeing = {f.name for f in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef) if _agrees(f)}
     trainers = set(_training_functions(src)) - agreeing
+    # loaders sharded by a DistributedSampler: what a function of the file computes
+    # over one (a validation loss) is this rank's own too, unless it all-reduces
+    sharded = _sharded_loaders(src)
+    functions = {
+        f.name for f in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef)
+    } - agreeing
     # objects of this file's classes (``early_stopping = EarlyStopping(...)``)
     classes = {n.name for n in src.tree.body if isinstance(n, ast.ClassDef)}
     instances = {
@@ -811,6 +817,17 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
                 for n in ast.walk(loop)
                 if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
                 and n.value.func.id in trainers
+                for target in n.targets
+                for t in ast.walk(target)
+                if isinstance(t, (ast.Name, ast.Attribute))
+            } - {""}
+        if sharded and (trains_here or from_trainers):
+            from_trainers |= {
+                dotted(t)
+                for n in ast.walk(loop)
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+                and n.value.func.id in functions
+                and any(dotted(a) in sharded for a in (*n.value.args, *(k.value for k in n.value.keywords)))
                 for target in n.targets
                 for t in ast.walk(target)
                 if isinstance(t, (ast.Name, ast.Attribute))
@@ -855,15 +872,47 @@ def _agreed(loop: ast.AST, agreeing: Set[str]) -> Set[str]:
     of the file that runs one returns (``loss = reduce_tensor(loss)``) -- the
     documented fix, which is no rank-local stop."""
     agreed: Set[str] = set()
+    assigns = []
     for node in ast.walk(loop):
         if isinstance(node, ast.Call) and last_name(node.func) in _AGREEING and node.args:
             agreed.add(dotted(node.args[0]))
-        elif (
-            isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Name) and node.value.func.id in agreeing
-        ):
-            agreed |= {dotted(t) for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.Assign):
+            value = node.value
+            while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and isinstance(
+                value.func.value, ast.Call
+            ):
+                value = value.func.value  # reduce_tensor(t).item()
+            targets = {dotted(t) for t in node.targets if isinstance(t, ast.Name)}
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in agreeing:
+                agreed |= targets
+            else:
+                assigns.append((node, targets))
+    # what is computed from an agreed value is agreed (``train_loss = t.item() / world``)
+    changed = True
+    while changed:
+        changed = False
+        for node, targets in assigns:
+            if targets - agreed and _names(node.value) & agreed:
+                agreed |= targets
+                changed = True
     return agreed - {""}
+
+
+def _sharded_loaders(src: Source) -> Set[str]:
+    """Names of DataLoaders given a ``DistributedSampler`` (``sampler=`` a call of it,
+    or a name assigned from one)."""
+    samplers = {
+        dotted(t) for a in src.of_type(ast.Assign) if src.is_call(a.value, N.DISTRIBUTED_SAMPLER)
+        for t in a.targets
+    }
+    loaders: Set[str] = set()
+    for assign in src.of_type(ast.Assign):
+        if not src.is_call(assign.value, N.DATA_LOADER):
+            continue
+        sampler = argument(assign.value, 3, "sampler")
+        if sampler is not None and (src.is_call(sampler, N.DISTRIBUTED_SAMPLER) or dotted(sampler) in samplers):
+            loaders |= {dotted(t) for t in assign.targets} - {""}
+    return loaders
 
 
 def _derived(loop: ast.AST, local: Set[str], agreed: Set[str] = frozenset()) -> Set[str]:

@@ -15,9 +15,13 @@ class EarlyStopOnShardMetric(Rule):
     value computed from this rank's batches: a name assigned in a loop that calls
     `backward()` from a loss, an accuracy or an `.item()` (`running_loss +=
     loss.item()`), what a training function of the file returns (`train_loss =
-    train_one_epoch(...)`), or computed from such a name (`train_loss =
+    train_one_epoch(...)`), what a function of the file computes over a loader
+    sharded by a `DistributedSampler` (`valid_loss = validate(model,
+    valid_loader)`), or computed from such a name (`train_loss =
     running_loss / len(loader)`) -- also through an object it is handed to
     (`early_stopping(train_loss, model)` ... `if early_stopping.early_stop:`).
+    A value made the same on every rank first (`dist.all_reduce(t)`, a
+    `reduce_tensor()` helper of the file) is fine.
     Counters (`step += 1`) are not metrics: every rank takes the same number of
     steps.
 
@@ -27,7 +31,7 @@ class EarlyStopOnShardMetric(Rule):
     forward/backward, whose all-reduce waits for the rank that left: the job
     hangs (NCCL) or dies with "connection closed" (Gloo). An early stop on a
     validation metric computed over the whole (unsharded) validation set is
-    fine: every rank computes the same value.
+    fine: every rank computes the same value; over a sharded one it is not.
 
     ## Example
     ```python
