@@ -1175,8 +1175,16 @@ def _parameter_changes(stmt: ast.AST, name: str) -> Iterator[Tuple[ast.AST, str]
             if node.func.attr in _CHANGING_METHODS and owned(node.func.value):
                 yield node, _CHANGING_METHODS[node.func.attr]
         elif isinstance(node, ast.Assign):
-            # a new layer (a class is called): ``model.module.fc = nn.Linear(8, 3)``
-            callee = dotted(node.value.func) if isinstance(node.value, ast.Call) else ""
+            # a new layer (a class is called): ``model.module.fc = nn.Linear(8, 3)``,
+            # also moved on: ``nn.Linear(8, 3).to(device)``
+            value = node.value
+            while (
+                isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr in ("to", "cuda", "cpu", "float", "half", "double")
+                and isinstance(value.func.value, ast.Call)
+            ):
+                value = value.func.value
+            callee = dotted(value.func) if isinstance(value, ast.Call) else ""
             for target in node.targets:
                 if dotted(target).startswith(f"{name}.") and callee.rsplit(".", 1)[-1][:1].isupper():
                     yield node, f"{dotted(target)} replaced"
