@@ -326,7 +326,8 @@ _MAIN_FUNC = re.compile(
     r"local_?main_?process|world_?process_?zero|chief)(_process)?$"
 )
 _MAIN_VAR = re.compile(
-    r"(?i)^(is_)?(main|master|primary|rank_?0|rank_?zero|leader|chief)(_?proc(ess)?|_?rank|_?node)?$"
+    r"(?i)^(is_)?(main|master|primary|rank_?0|rank_?zero|leader|chief|global_?zero|local_?zero)"
+    r"(_?proc(ess)?|_?rank|_?node)?$"
 )
 #: calls that return a rank, by their last name
 _RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank"})

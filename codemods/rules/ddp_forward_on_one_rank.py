@@ -57,4 +57,5 @@ class DDPForwardOnOneRank(Rule):
                 dotted(a) in wrapped for a in call.args
             )
             if (direct or handed) and on_main_process_only(src, call):
-                yield self.diagnostic(src, call)
+                name = dotted(call.func) if direct else next(dotted(a) for a in call.args if dotted(a) in wrapped)
+                yield self.diagnostic(src, call, self.MESSAGE.replace("model.module", f"{name}.module"))

@@ -50,8 +50,16 @@ class DDPWrapperStateDict(Rule):
         wrapped = ddp_wrapped_names(src)
         if not wrapped:
             return
+        wraps = [
+            (dotted(t), a.lineno, src.function_of(a))
+            for a in src.of_type(ast.Assign) if src.is_call(a.value, N.DDP) for t in a.targets
+        ]
         if any(
-            isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict" and dotted(c.func.value) in wrapped
+            isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"
+            and any(  # (a load into the bare model before its wrap is no round trip)
+                dotted(c.func.value) == name and (c.lineno > line or src.function_of(c) is not where)
+                for name, line, where in wraps
+            )
             for c in src.calls
         ):
             return  # saved and loaded through the wrapper: consistent
@@ -64,7 +72,8 @@ class DDPWrapperStateDict(Rule):
             if _unwrapped_branch(src, call, dotted(call.func.value)):
                 continue  # ``m.module.state_dict() if hasattr(m, "module") else m.state_dict()``
             if _feeds_save(src, call, saved):
-                yield self.diagnostic(src, call)
+                name = dotted(call.func.value)
+                yield self.diagnostic(src, call, self.MESSAGE.replace("model.module", f"{name}.module"))
 
 
 def _saved_names(src: Source) -> Set[str]:
