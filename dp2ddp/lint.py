@@ -122,7 +122,8 @@ def lint_source(
             ) from exc
     found = [d for d in found if not _file_ignored(path, d.code, config)]
     if "noqa" in text:
-        found = _apply_noqa(src, found, report_unused="DDP901" in codes and not _file_ignored(path, "DDP901", config))
+        ran = {c for c in codes if not _file_ignored(path, c, config)}
+        found = _apply_noqa(src, found, report_unused="DDP901" in ran, ran=ran)
     return sorted(found, key=lambda d: d.sort_key), True
 
 
@@ -175,7 +176,12 @@ def _noqa_comments(src: Source) -> Dict[int, Tuple[Optional[Set[str]], int]]:
     return comments
 
 
-def _apply_noqa(src: Source, found: List[Diagnostic], report_unused: bool) -> List[Diagnostic]:
+def _apply_noqa(
+    src: Source, found: List[Diagnostic], report_unused: bool, ran: Optional[Set[str]] = None
+) -> List[Diagnostic]:
+    """Drop the findings a ``# noqa`` suppresses; with ``report_unused``, report
+    the DDP codes of a noqa that suppress nothing -- among the rules that ran
+    (``ran``): a noqa for a rule that was not selected is not known to be unused."""
     # cheap first look: is a noqa on a line with a finding, or naming a DDP code?
     lines = {d.line for d in found}
     relevant = any(
@@ -200,7 +206,7 @@ def _apply_noqa(src: Source, found: List[Diagnostic], report_unused: bool) -> Li
         for line, (codes, column) in sorted(comments.items()):
             if codes is None:
                 continue  # a bare noqa may be meant for another tool
-            unused = {c for c in codes if _OUR_CODE.match(c)} - used.get(line, set())
+            unused = {c for c in codes if _OUR_CODE.match(c) and (ran is None or c in ran)} - used.get(line, set())
             if unused:
                 what = f"noqa: {', '.join(sorted(unused))}"
                 kept.append(

@@ -376,3 +376,17 @@ def test_a_fix_that_only_leaves_a_spot_writes_no_comment(tmp_path):
     assert "DDP304" in result.stdout and result.exit_code == 1
     data = json.loads(lint(path, "--no-config", "--no-cache", "--format", "json").stdout)
     assert [d["fix"] for d in data if d["code"] == "DDP304"] == [None]
+
+
+def test_unused_noqa_only_among_the_rules_that_ran(tmp_path):
+    path = tmp_path / "nq.py"
+    path.write_text(
+        "import torch\nimport torch.distributed as dist\n\n\ndef main(model):\n"
+        '    dist.init_process_group("gloo")\n'
+        '    torch.save(model.state_dict(), "m.pt")  # noqa: DDP302, DDP301\n'
+        "    dist.destroy_process_group()\n\n\nif __name__ == '__main__':\n    main(torch.nn.Linear(2, 2))\n"
+    )
+    alone = lint(path, "--no-config", "--no-cache", "--select", "DDP901")
+    assert "DDP901" not in alone.stdout  # DDP302 did not run: its noqa is not known to be unused
+    everything = lint(path, "--no-config", "--no-cache")
+    assert "unused noqa: DDP301" in everything.stdout and "DDP302" not in everything.stdout.split("unused")[1]
