@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 from .. import _names as N
 from .._analysis import Source
+from .._facts import is_main_guard
 from ._base import Diagnostic, Rule
 
 
@@ -13,7 +15,10 @@ class MissingDestroyProcessGroup(Rule):
     """
     ## What it does
     Reports `init_process_group` in a file that never calls
-    `destroy_process_group`.
+    `destroy_process_group` -- not in a library's set-up helper (a file without
+    a `__main__` block that starts the group only in a function named for it,
+    `init_distributed_mode`, `init_dist`, `setup`): the program that calls it
+    tears the group down.
 
     ## Why is this bad?
     Without it the process group is torn down by the interpreter at exit, which
@@ -46,5 +51,26 @@ class MissingDestroyProcessGroup(Rule):
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         inits = [c for c in src.calls if src.qualname(c.func) in N.INIT_PROCESS_GROUP]
-        if inits and not any(src.qualname(c.func) in N.DESTROY_PROCESS_GROUP for c in src.calls):
-            yield self.diagnostic(src, inits[0])
+        if not inits or any(src.qualname(c.func) in N.DESTROY_PROCESS_GROUP for c in src.calls):
+            return
+        if not _is_script(src):
+            return  # a set-up helper of a library (DETR's util/misc.py): its caller tears down
+        yield self.diagnostic(src, inits[0])
+
+
+_SETUP_HELPER = re.compile(r"(?i)^_?(init|setup|set_up)(_\w*)?_?(dist|ddp|distributed|process|group|mode|parallel)\w*$|^_?setup$")
+
+
+def _is_script(src: Source) -> bool:
+    """Not a set-up helper of a library: a file without a ``__main__`` block whose
+    process group starts only in functions named for it (DETR's
+    ``init_distributed_mode``, mmcv's ``init_dist``) leaves the teardown to the
+    program that calls them."""
+    if any(is_main_guard(s) for s in src.tree.body):
+        return True
+    for call in src.calls:
+        if src.qualname(call.func) in N.INIT_PROCESS_GROUP:
+            func = src.function_of(call)
+            if func is None or not _SETUP_HELPER.match(func.name):
+                return True
+    return False
