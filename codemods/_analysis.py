@@ -524,6 +524,41 @@ def is_pure(node: ast.AST) -> bool:
     return True
 
 
+def called_unguarded(src: Source, func: ast.AST, seen: Optional[set] = None) -> bool:
+    """Some call of ``func`` in this file runs on every rank.  A function this file
+    never calls is an API for callers elsewhere, which decide."""
+    name: Optional[str] = getattr(func, "name", None)
+    seen = set() if seen is None else seen
+    if name is None or func in seen:
+        return False
+    seen.add(func)
+    calls = [
+        c for c in src.calls
+        if (isinstance(c.func, ast.Name) and c.func.id == name)
+        or (isinstance(c.func, ast.Attribute) and c.func.attr == name)
+    ]
+    if not calls:
+        return False  # an API for callers elsewhere: they decide
+    for call in calls:
+        if on_main_process_only(src, call):
+            continue
+        outer = src.function_of(call)
+        if outer is None or outer is func or called_unguarded(src, outer, seen):
+            return True
+    return False
+
+
+def called_only_on_main(src: Source, func: ast.AST) -> bool:
+    """``func`` is called in this file, and only where the main process alone runs
+    (``if self.gpu_id == 0: self._save_snapshot(epoch)``)."""
+    name = getattr(func, "name", None)
+    called = any(
+        (isinstance(c.func, ast.Name) and c.func.id == name) or (isinstance(c.func, ast.Attribute) and c.func.attr == name)
+        for c in src.calls
+    )
+    return bool(name) and called and not called_unguarded(src, func)
+
+
 def on_main_process_only(src: Source, node: ast.AST) -> bool:
     """``node`` runs on the main process only: under ``if rank == 0:``, or after an
     early ``if rank != 0: return`` in its function."""

@@ -8,6 +8,9 @@ from typing import Iterator
 from .. import _names as N
 from .._analysis import (
     Source,
+    called_only_on_main,
+    is_rank_dependent,
+    last_name,
     is_main_process_check,
     is_not_main_check,
     is_pure,
@@ -25,7 +28,10 @@ class OutputOnEveryRank(Rule):
     In DDP code, reports `print(...)`, `logging.info/debug(...)` and
     `logger.info/debug(...)` that run on every rank (not under a main-process
     check). A message that names the rank (`print(f"rank {rank}: ...")`) is
-    meant per rank and is not reported. Also a `wandb.init(...)` or a TensorBoard
+    meant per rank and is not reported; nor is output in a function called only
+    under a main-process check, in the non-distributed branch (`else:` of `if
+    args.distributed:`), or logging whose level depends on the rank
+    (`basicConfig(level=INFO if rank in [-1, 0] else WARN)`). Also a `wandb.init(...)` or a TensorBoard
     `SummaryWriter(...)` made on every rank (not on the main process, nor
     `... if rank == 0 else None`; a `wandb.init(mode=...)` chooses per rank itself).
 
@@ -72,6 +78,7 @@ class OutputOnEveryRank(Rule):
         if not uses_distributed(src):
             return
         loggers = _loggers(src)
+        rank_level_logging = _rank_level_logging(src)
         for call in src.calls:
             what = _per_rank_sink(src, call)
             if what:
@@ -95,6 +102,13 @@ class OutputOnEveryRank(Rule):
                 continue
             if any(is_rank_expr(src, n) for arg in call.args for n in ast.walk(arg)):
                 continue
+            func = src.function_of(call)
+            if func is not None and called_only_on_main(src, func):
+                continue  # ``if self.gpu_id == 0: self._save_snapshot(epoch)``
+            if name != "builtins.print" and rank_level_logging:
+                continue  # ``basicConfig(level=INFO if rank in [-1, 0] else WARN)``: INFO on rank 0 only
+            if _not_distributed_branch(src, call):
+                continue  # the non-distributed branch of ``if args.distributed: ... else:``
             if not on_main_process_only(src, call):
                 found = self.diagnostic(src, call)
                 if not all(is_pure(a) for a in (*call.args, *(k.value for k in call.keywords))):
@@ -149,6 +163,45 @@ def _only_logged(src: Source, call: ast.Call) -> bool:
             if not (isinstance(call_of, ast.Call) and call_of.func is parent and isinstance(src.parent(call_of), ast.Expr)):
                 return False
     return True
+
+
+def _rank_level_logging(src: Source) -> bool:
+    """The logging level depends on the rank (HF's ``logging.basicConfig(level=
+    logging.INFO if args.local_rank in [-1, 0] else logging.WARN)``, or
+    ``logger.setLevel(...)`` so): info and debug show on the main process only."""
+    for call in src.calls:
+        if last_name(call.func) not in ("basicConfig", "setLevel"):
+            continue
+        for value in (*call.args, *(k.value for k in call.keywords if k.arg == "level")):
+            if isinstance(value, ast.IfExp) and is_rank_dependent(src, value.test):
+                return True
+    return False
+
+
+def _not_distributed_branch(src: Source, node: ast.AST) -> bool:
+    """``node`` runs only without DDP: the ``else`` of ``if args.distributed:`` /
+    ``if dist.is_initialized():``, or the body of their negation."""
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, ast.If):
+            test = anc.test
+            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+            inner = test.operand if negated else test
+            word = last_name(inner.func if isinstance(inner, ast.Call) else inner).lower() if isinstance(
+                inner, (ast.Name, ast.Attribute, ast.Call)
+            ) else ""
+            launched = (  # ``"RANK" in os.environ``: started by a launcher
+                isinstance(inner, ast.Compare) and isinstance(inner.left, ast.Constant)
+                and inner.left.value in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID")
+                and len(inner.ops) == 1 and isinstance(inner.ops[0], ast.In)
+            )
+            if "distributed" in word or word == "is_initialized" or launched:
+                if (child in anc.orelse) != negated:
+                    return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        child = anc
+    return False
 
 
 def _loggers(src: Source) -> set:

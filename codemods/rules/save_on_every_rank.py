@@ -6,7 +6,14 @@ import ast
 from typing import Iterator, Optional
 
 from .. import _names as N
-from .._analysis import Source, is_pure, is_rank_expr, on_main_process_only, uses_distributed
+from .._analysis import (
+    Source,
+    called_unguarded,
+    is_pure,
+    is_rank_expr,
+    on_main_process_only,
+    uses_distributed,
+)
 from ._base import Diagnostic, Rule
 
 
@@ -65,7 +72,7 @@ class SaveOnEveryRank(Rule):
             if call is None or on_main_process_only(src, stmt) or _per_rank(src, call.args[0]):
                 continue
             func = src.function_of(stmt)
-            if func is not None and not _called_unguarded(src, func):
+            if func is not None and not called_unguarded(src, func):
                 continue
             found = self.diagnostic(
                 src, call, "every rank writes this file (the same path on each): write it from the "
@@ -85,7 +92,7 @@ class SaveOnEveryRank(Rule):
             if target is not None and (_in_memory(src, target) or _per_rank(src, target)):
                 continue  # a BytesIO buffer, or one file per rank
             func = src.function_of(call)
-            if func is not None and not _called_unguarded(src, func):
+            if func is not None and not called_unguarded(src, func):
                 continue
             if name in N.TORCH_SAVE:
                 yield self.diagnostic(src, call)
@@ -165,28 +172,4 @@ def _in_memory(src: Source, target: ast.AST) -> bool:
         elif isinstance(node.optional_vars, ast.Name) and node.optional_vars.id == target.id:
             if src.is_call(node.context_expr, {"io.BytesIO", "io.StringIO"}):
                 return True
-    return False
-
-
-def _called_unguarded(src: Source, func: ast.AST, seen: Optional[set] = None) -> bool:
-    """Some call of ``func`` in this file runs on every rank.  A function this file
-    never calls is an API for callers elsewhere, which decide."""
-    name: Optional[str] = getattr(func, "name", None)
-    seen = set() if seen is None else seen
-    if name is None or func in seen:
-        return False
-    seen.add(func)
-    calls = [
-        c for c in src.calls
-        if (isinstance(c.func, ast.Name) and c.func.id == name)
-        or (isinstance(c.func, ast.Attribute) and c.func.attr == name)
-    ]
-    if not calls:
-        return False  # an API for callers elsewhere: they decide
-    for call in calls:
-        if on_main_process_only(src, call):
-            continue
-        outer = src.function_of(call)
-        if outer is None or outer is func or _called_unguarded(src, outer, seen):
-            return True
     return False
