@@ -80,7 +80,7 @@ class MainProcessGuard(Transform):
     def _guard_runs(self, originals, updated, block) -> Optional[List[cst.BaseStatement]]:
         if len(originals) != len(updated):
             return None  # a statement was replaced below: stay out of the way
-        if self._under_check(block):
+        if self._under_check(block) or self._in_outer_run(block):
             return None
         out: List[cst.BaseStatement] = []
         index = 0
@@ -121,6 +121,24 @@ class MainProcessGuard(Transform):
             changed = True
             index = end
         return self._merge_adjacent(out) if changed else None
+
+    def _in_outer_run(self, block: cst.CSTNode) -> bool:
+        """``block`` is the body of an ``if`` that the enclosing block's run will
+        guard as a whole (``torch.save(...)`` then ``if is_best: torch.save(...)``):
+        guarding inside it too would nest one check in the same check."""
+        owner = self.parent(block)
+        outer = self.parent(owner) if isinstance(owner, cst.If) else None
+        if outer is None or not isinstance(outer, (cst.IndentedBlock, cst.Module)) or not self.guardable_block(outer):
+            return False
+        siblings = list(outer.body)
+        if owner not in siblings or not self.continues(owner):
+            return False
+        for stmt in reversed(siblings[: siblings.index(owner)]):
+            if self.starts(stmt) is not None:
+                return True
+            if not self.continues(stmt):
+                return False
+        return False
 
     def _merge_adjacent(self, stmts: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
         """Two main-process blocks in a row become one."""

@@ -355,6 +355,7 @@ class ConvertCache:
             facts = FileFacts(**stored)
             facts.imports = set(facts.imports)
             facts.relative_imports = {tuple(i) for i in facts.relative_imports}
+            facts.path_roots = set(facts.path_roots)
             facts.local_data_parallel = [tuple(i) for i in facts.local_data_parallel]
             facts.torch_through_star = [tuple(i) for i in facts.torch_through_star]
             return path, facts, None
@@ -371,6 +372,7 @@ class ConvertCache:
             stored = dataclasses.asdict(facts)
             stored["imports"] = sorted(stored["imports"])
             stored["relative_imports"] = sorted(stored["relative_imports"])
+            stored["path_roots"] = sorted(stored["path_roots"])
         self._remember(self.facts, path, {"key": self._key(path, data), "facts": stored, "error": error})
 
     def save(self) -> None:
