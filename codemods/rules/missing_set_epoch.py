@@ -6,7 +6,7 @@ import ast
 from typing import Iterator
 
 from .. import _names as N
-from .._analysis import Source, argument, is_epoch_loop, is_false
+from .._analysis import Source, argument, dotted, is_epoch_loop, is_false, last_name
 from ._base import Diagnostic, Rule
 
 
@@ -56,6 +56,8 @@ class MissingSetEpoch(Rule):
             return
         if not any(is_epoch_loop(n) for n in src.nodes):
             return
+        if _handed_elsewhere(src):
+            return  # ``train_one_epoch(model, loader, epoch)`` of another module may set it
         for call in src.calls:
             if src.qualname(call.func) in N.DISTRIBUTED_SAMPLER and not is_false(argument(call, 3, "shuffle")):
                 yield self.diagnostic(src, call)
@@ -69,5 +71,33 @@ def _sets_epoch(src: Source) -> bool:
         func = call.func
         if isinstance(func, ast.Attribute) and func.attr == "set_epoch" and call.args:
             if not isinstance(call.args[0], ast.Constant):
+                return True
+    return False
+
+
+#: calls that take a loader without training on it
+_ITERATING = frozenset({"enumerate", "len", "iter", "next", "zip", "list", "tqdm", "trange", "isinstance"})
+
+
+def _handed_elsewhere(src: Source) -> bool:
+    """An epoch loop hands a loader (or its sampler) to a function this file does
+    not define -- an import, another object's method -- where ``set_epoch`` may be
+    called: a file cannot see that, so it does not guess."""
+    local = {n.name for n in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)}
+    handed = {
+        dotted(t)
+        for a in src.of_type(ast.Assign)
+        if src.is_call(a.value, N.DATA_LOADER) or src.is_call(a.value, N.DISTRIBUTED_SAMPLER)
+        for t in a.targets
+    } - {""}
+    if not handed:
+        return False
+    for loop in (n for n in src.nodes if is_epoch_loop(n)):
+        for call in ast.walk(loop):
+            if not isinstance(call, ast.Call) or last_name(call.func) in _ITERATING:
+                continue
+            if isinstance(call.func, ast.Name) and call.func.id in local:
+                continue
+            if any(dotted(a) in handed for a in (*call.args, *(k.value for k in call.keywords))):
                 return True
     return False
