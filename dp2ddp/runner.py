@@ -110,8 +110,52 @@ class ConvertRun:
         )
         if self.cache is not None:
             self.cache.save()
+        self._note_modules_left_out(result, sources)
         result.files.extend(self.read_errors)
         return result
+
+    def _note_modules_left_out(self, result, sources: Dict[str, bytes]) -> None:
+        """An entry point imports modules of its project that were not given (``dp2ddp
+        convert train.py`` beside ``trainer.py``): they are not converted -- their
+        loops, loaders and saves stay single-process -- so the report says which."""
+        from dp2ddp.codemods._facts import import_facts
+        from dp2ddp.codemods._model import Finding
+
+        given = {os.path.normpath(os.path.abspath(p)) for p in sources}
+        for entry in result.entries:
+            if entry.output is None and not entry.findings:
+                continue
+            facts = import_facts(entry.source.decode("utf-8", "replace"))
+            folder = os.path.dirname(os.path.abspath(entry.path))
+            wanted = [(folder, name) for name in facts.imports]
+            for level, name in facts.relative_imports:
+                base = folder
+                for _ in range(level - 1):
+                    base = os.path.dirname(base)
+                wanted.append((base, name))
+            missing = set()
+            for base, name in wanted:
+                parts = [p for p in name.split(".") if p]
+                for candidate in (os.path.join(base, *parts) + ".py", os.path.join(base, *parts, "__init__.py")):
+                    candidate = os.path.normpath(candidate)
+                    if candidate in given or not os.path.isfile(candidate):
+                        continue
+                    try:
+                        with open(candidate, "rb") as handle:
+                            if b"torch" in handle.read():
+                                missing.add(os.path.relpath(candidate))
+                    except OSError:
+                        pass
+            if missing:
+                entry.findings.append(
+                    Finding(
+                        "DDP002", "note", 1, 1,
+                        f"this entry point imports {', '.join(sorted(missing))}, which were not given: "
+                        "they are not converted (their loops, loaders and saves stay single-process); "
+                        "convert the project's folder instead",
+                        "process-group-setup", entry.path,
+                    )
+                )
 
     def dirty_files(self, result) -> List[str]:
         """Files it would modify that have uncommitted changes in their git work tree

@@ -221,3 +221,14 @@ def test_an_entry_point_without_torch_is_reported_not_changed(tmp_path):
     assert result.exit_code == 1  # trainer.py would change
     assert "run.py:3:1: DDP002 entry point of the training program, but it does not use torch" in result.stderr
     assert (tmp_path / "run.py").read_text() == run_py
+
+
+def test_an_entry_converted_without_its_modules_says_which_were_left_out(tmp_path):
+    import shutil
+
+    for name in ("train.py", "data.py", "model.py"):
+        shutil.copy(FIXTURES / "e2e" / "multi_file" / "before" / name, tmp_path / name)
+    alone = run("convert", "--no-cache", "train.py", cwd=tmp_path)
+    assert "which were not given" in alone.output and "data.py" in alone.output
+    whole = run("convert", "--no-cache", ".", cwd=tmp_path)
+    assert "which were not given" not in whole.output
