@@ -178,6 +178,17 @@ class SetEpoch(Transform):
                 "training loop counted in iterations, not epochs: call "
                 f"{loader}.sampler.set_epoch(n) each time a pass over the data starts",
             )
+        elif func is not None and not any(
+            m.matches(c.func, m.Name(func.name.value)) for c in P.find(self.module, cst.Call)
+        ) and not any(isinstance(anc, cst.ClassDef) for anc in self.ancestors(func)):
+            # a per-epoch function that another module calls (``for epoch in ...:
+            # train_one_epoch(loader, model, opt)`` in train.py)
+            self.manual(
+                batch_loop,
+                f"{func.name.value}() runs one pass over {loader}, and its epoch loop is not in this "
+                f"file: call {loader}.sampler.set_epoch(epoch) where it is called, at the start "
+                "of every epoch (or give it an epoch parameter and convert again)",
+            )
         else:
             self.manual(
                 batch_loop,
