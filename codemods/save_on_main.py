@@ -34,6 +34,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
 from ._guard import MainProcessGuard, single_call
@@ -172,7 +173,29 @@ class SaveOnMainProcess(MainProcessGuard):
                 return False
         return bool(body)
 
+    def _note_whole_model(self, call: cst.Call) -> None:
+        """``torch.save(self.model, path)`` of a model wrapped elsewhere (the Trainer
+        gets the DDP model from train.py): the file pickles the wrapper, which does
+        not load without a process group.  Noted; a wrap in this file is handled
+        where it is converted (data-parallel-to-ddp, module-access)."""
+        if not call.args or call.args[0].keyword is not None:
+            return
+        name = P.dotted_name(call.args[0].value)
+        last = name.rsplit(".", 1)[-1].lower()
+        if not name or not (last in ("model", "net", "network") or last.endswith(("_model", "_net"))):
+            return
+        if name in {n for _, n, _ in A._wrapped_models(self.ast_source, N.DATA_PARALLEL | N.DDP)}:
+            return
+        self.note(
+            call,
+            f"torch.save({name}, ...) pickles the whole object: if {name} is the DDP-wrapped model "
+            "(wrapped in another module), the file cannot be loaded without a process group; "
+            f"save {name}.module (or its state_dict())",
+        )
+
     def visit_Call(self, node: cst.Call) -> None:
+        if self.is_call(node, N.TORCH_SAVE):
+            self._note_whole_model(node)
         # a torch.save that is not a statement of its own (in an expression, a lambda)
         if self.is_call(node, N.TORCH_SAVE):
             parent = self.parent(node)

@@ -207,3 +207,10 @@ def test_an_import_scheduled_for_removal_goes_only_when_unused(rest, removed):
     first = out.splitlines()[1]
     assert ("DataParallel," not in first) == removed, out
     assert "DistributedDataParallel" in first
+
+
+def test_a_whole_model_saved_in_another_module_is_noted():
+    source = (FIXTURES / "save-on-main" / "whole_model_wrapped_elsewhere_noted.in.py").read_bytes()
+    file = _convert(source, {})
+    notes = [f for f in file.findings if f.kind == "note" and "pickles the whole object" in f.message]
+    assert [(n.line, n.code) for n in notes] == [(16, "DDP302")]
