@@ -24,7 +24,7 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Set
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dp2ddp.codemods import _names as N
 from dp2ddp.codemods._model import (
@@ -94,11 +94,25 @@ def _resolve_imports(paths: Sequence[str], facts: Mapping[str, FileFacts]) -> Di
     file's package.
     """
     known = {os.path.normpath(p): p for p in paths}
+    # folders that hold a given file, at any depth: a module can only be found
+    # below one of them (saves most of the lookups of ``import torch.nn`` & co.)
+    folders = {""}
+    for p in known:
+        folder = os.path.dirname(p)
+        while folder and folder not in folders:
+            folders.add(folder)
+            folder = os.path.dirname(folder)
+    folders.add(".")  # (what os.path.normpath makes of "")
+    memo: Dict[Tuple[str, str], Set[str]] = {}
 
     def lookup(folder: str, dotted: str) -> Set[str]:
-        found = set()
+        key = (folder, dotted)
+        if key in memo:
+            return memo[key]
+        found: Set[str] = set()
+        memo[key] = found
         parts = [p for p in dotted.split(".") if p]
-        if not parts:
+        if not parts or os.path.normpath(os.path.join(folder, *parts[:-1])) not in folders:
             return found
         for candidate in (os.path.join(folder, *parts) + ".py", os.path.join(folder, *parts, "__init__.py")):
             hit = known.get(os.path.normpath(candidate))
@@ -113,6 +127,7 @@ def _resolve_imports(paths: Sequence[str], facts: Mapping[str, FileFacts]) -> Di
             for p in paths
             for root in facts[p].path_roots
         }
+        & folders  # (only folders that hold some of the files)
     )
     graph: Dict[str, Set[str]] = {}
     for path in paths:
