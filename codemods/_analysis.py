@@ -819,7 +819,14 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
         return found  # nothing trains here
     # functions of the file that make a value agree across ranks (a ``reduce_tensor``
     # helper); what a training function returns is the rank's own, unless it is one
-    agreeing = {f.name for f in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef) if _agrees(f)}
+    agreeing: Set[str] = set()
+    for call in src.calls:  # (one pass over the calls, not a walk of every function)
+        if last_name(call.func) in _AGREEING:
+            func = src.function_of(call)
+            while func is not None:
+                if not isinstance(func, ast.Lambda):
+                    agreeing.add(func.name)
+                func = src.function_of(func)
     trainers = set(_training_functions(src)) - agreeing
     # loaders sharded by a DistributedSampler: what a function of the file computes
     # over one (a validation loss) is this rank's own too, unless it all-reduces
@@ -896,10 +903,6 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
 _AGREEING = frozenset(
     ("all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "broadcast", "broadcast_object_list")
 )
-
-
-def _agrees(node: ast.AST) -> bool:
-    return any(isinstance(c, ast.Call) and last_name(c.func) in _AGREEING for c in ast.walk(node))
 
 
 def _agreed(loop: ast.AST, agreeing: Set[str]) -> Set[str]:

@@ -132,14 +132,19 @@ def _collective_functions(src: Source) -> dict:
     """Functions of the module that run a collective on every call (not behind a
     rank check of their own), directly or through another such function:
     {name: the collective}."""
-    functions = {f.name: f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
     found: dict = {}
-    for name, func in functions.items():
-        for call in ast.walk(func):
-            if isinstance(call, ast.Call) and is_collective(src, call) and rank_branch(src, call) is None:
-                found[name] = src.qualname(call.func).rsplit(".", 1)[-1]
-                break
-    changed = True
+    collectives = [c for c in src.calls if is_collective(src, c)]
+    if not collectives:
+        return found  # (most files: nothing to follow)
+    functions = {f.name: f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for call in collectives:
+        func = src.function_of(call)
+        while func is not None and (isinstance(func, ast.Lambda) or src.function_of(func) is not None):
+            func = src.function_of(func)  # (the module-level function around a nested one)
+        if func is not None and functions.get(func.name) is func and func.name not in found:
+            if rank_branch(src, call) is None:
+                found[func.name] = src.qualname(call.func).rsplit(".", 1)[-1]
+    changed = bool(found)
     while changed:
         changed = False
         for name, func in functions.items():

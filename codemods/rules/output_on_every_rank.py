@@ -79,6 +79,7 @@ class OutputOnEveryRank(Rule):
             return
         loggers = _loggers(src)
         rank_level_logging = _rank_level_logging(src)
+        main_only: dict = {}  # function -> called only on the main process
         for call in src.calls:
             what = _per_rank_sink(src, call)
             if what:
@@ -103,8 +104,11 @@ class OutputOnEveryRank(Rule):
             if any(is_rank_expr(src, n) for arg in call.args for n in ast.walk(arg)):
                 continue
             func = src.function_of(call)
-            if func is not None and called_only_on_main(src, func):
-                continue  # ``if self.gpu_id == 0: self._save_snapshot(epoch)``
+            if func is not None:
+                if func not in main_only:
+                    main_only[func] = called_only_on_main(src, func)
+                if main_only[func]:
+                    continue  # ``if self.gpu_id == 0: self._save_snapshot(epoch)``
             if name != "builtins.print" and rank_level_logging:
                 continue  # ``basicConfig(level=INFO if rank in [-1, 0] else WARN)``: INFO on rank 0 only
             if _not_distributed_branch(src, call):
