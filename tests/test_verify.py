@@ -250,3 +250,34 @@ def test_a_script_that_exits_on_its_arguments_shows_its_output(workdir):
     assert "exited before init_process_group" in checks["process-group"].message
     assert checks["no-crash"].status == "fail" and "SystemExit(2)" in checks["no-crash"].message
     assert "the following arguments are required: --lr" in text(report)
+
+
+def test_a_package_entry_point_with_relative_imports_runs_as_a_module(workdir):
+    """``pkg/train.py`` imports ``from .data import ...``: it only runs as ``python -m
+    pkg.train`` (convert's launch line says so), and verify runs it that way."""
+    from dp2ddp.verify import VerifyOptions, verify
+
+    package = workdir / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "data.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "from torch.utils.data.distributed import DistributedSampler\n\n\ndef make_loader():\n"
+        "    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))\n"
+        "    return DataLoader(data, batch_size=4, sampler=DistributedSampler(data, shuffle=True))\n"
+    )
+    (package / "train.py").write_text(
+        "import torch\nimport torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel\n\nfrom .data import make_loader\n\n\n"
+        "def main():\n    dist.init_process_group('gloo')\n"
+        "    model = DistributedDataParallel(torch.nn.Linear(4, 1))\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    loader = make_loader()\n"
+        "    for epoch in range(2):\n        loader.sampler.set_epoch(epoch)\n        for x, y in loader:\n"
+        "            opt.zero_grad()\n            torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "            opt.step()\n    dist.destroy_process_group()\n\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    report = verify(VerifyOptions(script="pkg/train.py"))
+    crashed = by_name(report)["no-crash"]
+    assert crashed.status == "pass", crashed.to_dict()
+    assert report.ok, [c.to_dict() for c in report.checks if c.status == "fail"]

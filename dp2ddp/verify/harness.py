@@ -381,11 +381,19 @@ class Harness:
 
     # -- running -----------------------------------------------------------
     def run(self, args: List[str]) -> int:
+        from dp2ddp.launch import module_form
+
         sys.argv = [self.script, *args]
-        sys.path.insert(0, self.script_dir)
+        # an entry point of a package that imports relatively runs as ``python -m
+        # pkg.train`` from the folder above the package (as convert's launch line says)
+        form = module_form(self.script)
+        sys.path.insert(0, form[0] if form else self.script_dir)
         code = 0
         try:
-            runpy.run_path(self.script, run_name="__main__")
+            if form:
+                runpy.run_module(form[1], run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(self.script, run_name="__main__")
             self.finish_params("completed")
             reason = "completed"
         except BudgetReached:
