@@ -24,6 +24,7 @@ A DataParallel script needs none of it: DP already had ``.module`` and the
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -55,6 +56,9 @@ _NOT_FORWARD_PREFIXES = (
     "init_", "num_", "count_", "reset_", "summary",  # init_hidden(bsz): zeros, no forward
 )
 
+#: functions of other modules that save what they get (``save_checkpoint(model, path)``)
+_SAVER = re.compile(r"(?i)(^|_)(save|checkpoint|export)")
+
 #: builtins that take a module as a container of its layers
 _CONTAINER_BUILTINS = frozenset({"enumerate", "len", "list", "iter", "reversed", "tuple", "zip"})
 
@@ -76,6 +80,7 @@ class ModuleAccess(Transform):
         #: functions that get the model before and after the wrap (reported once)
         self._shared_helpers: Set[cst.FunctionDef] = set()
         self._rebinds: Dict[Tuple[cst.CSTNode, str], List[int]] = {}  # (scope, name) -> lines
+        self._noted_savers: Set[cst.Call] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
         wraps: List[Tuple[cst.Assign, str]] = []
@@ -138,6 +143,27 @@ class ModuleAccess(Transform):
                     self._follow_into(method, call, name, owner, depth)
             elif isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")) and cls is not None:
                 self._follow_into(_method(cls, func.attr.value), call, name, cls, depth)
+            elif isinstance(func, (cst.Name, cst.Attribute)) and _SAVER.search(P.dotted_name(func).rsplit(".", 1)[-1]):
+                self._note_foreign_saver(call, name)
+
+    def _note_foreign_saver(self, call: cst.Call, name: str) -> None:
+        """``save_checkpoint(model, path)`` of another module (``from utils import
+        save_checkpoint``) gets the DDP wrapper now: what it saves of it -- its
+        ``state_dict()`` -- gains the ``module.`` prefix, which code here cannot see."""
+        if call in self._noted_savers or not any(
+            P.dotted_name(a.value) == name and a.keyword is None for a in call.args
+        ):
+            return
+        if any(q == "torch" or q.startswith("torch.") for q in self.qnames(call.func)):
+            return  # torch.save(model, ...): rewritten where it is (leave_Call)
+        self._noted_savers.add(call)
+        callee = P.dotted_name(call.func)
+        self.note(
+            call,
+            f"{callee}() (not in this file) now gets {name} wrapped in DDP: if it saves "
+            f"{name}.state_dict() the keys gain a 'module.' prefix; pass {name}.module to keep "
+            "the checkpoint format",
+        )
 
     def _called_before(self, function: cst.FunctionDef, scope: cst.CSTNode, line: int) -> bool:
         """``function`` is also called in ``scope`` before the wrap (on the bare

@@ -214,3 +214,10 @@ def test_a_whole_model_saved_in_another_module_is_noted():
     file = _convert(source, {})
     notes = [f for f in file.findings if f.kind == "note" and "pickles the whole object" in f.message]
     assert [(n.line, n.code) for n in notes] == [(16, "DDP302")]
+
+
+def test_a_saver_of_another_module_is_noted_once_and_torch_save_is_not():
+    source = (FIXTURES / "module-access" / "saver_of_another_module_noted.in.py").read_bytes()
+    file = _convert(source, {})
+    notes = [f for f in file.findings if "(not in this file)" in f.message]
+    assert [(n.line, n.code) for n in notes] == [(20, "DDP303")]
