@@ -935,6 +935,8 @@ def header_end(body: Sequence[cst.CSTNode]) -> int:
     for index, stmt in enumerate(body):
         if _is_import(stmt) or (index == 0 and _is_docstring(stmt)) or _is_guarded_import(stmt):
             at = index + 1
+        elif _is_path_setup(stmt) and any(_is_import(s) for s in body[index + 1 :]):
+            continue  # ``sys.path.insert(0, ...)`` between imports: part of them
         else:
             break
     if not any(_binds_torch(stmt) for stmt in body[:at]):
@@ -944,6 +946,18 @@ def header_end(body: Sequence[cst.CSTNode]) -> int:
             if _binds_torch(body[index]):
                 return index + 1
     return at
+
+
+def _is_path_setup(stmt: cst.CSTNode) -> bool:
+    """``sys.path.insert(0, "lib")``, ``sys.path.append(...)``, ``site.addsitedir(...)``,
+    ``sys.path += [...]``: what scripts do between their imports."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    small = stmt.body[0]
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        name = P.dotted_name(small.value.func)
+        return name in ("sys.path.insert", "sys.path.append", "sys.path.extend", "site.addsitedir")
+    return isinstance(small, cst.AugAssign) and P.dotted_name(small.target) == "sys.path"
 
 
 def _is_guarded_import(stmt: cst.CSTNode) -> bool:
