@@ -80,7 +80,7 @@ class MainProcessGuard(Transform):
     def _guard_runs(self, originals, updated, block) -> Optional[List[cst.BaseStatement]]:
         if len(originals) != len(updated):
             return None  # a statement was replaced below: stay out of the way
-        if self._under_check(block) or self._in_outer_run(block):
+        if self._under_check(block):
             return None
         out: List[cst.BaseStatement] = []
         index = 0
@@ -104,7 +104,7 @@ class MainProcessGuard(Transform):
                 changed = changed or bool(markers)
                 index = end
                 continue
-            run = list(updated[index:end])
+            run = [self._unguard_inner(stmt) for stmt in updated[index:end]]
             after = self.after_run(originals[index:end])
             markers = self.marker_lines(originals[index])
             previous = out[-1] if out else None
@@ -122,23 +122,20 @@ class MainProcessGuard(Transform):
             index = end
         return self._merge_adjacent(out) if changed else None
 
-    def _in_outer_run(self, block: cst.CSTNode) -> bool:
-        """``block`` is the body of an ``if`` that the enclosing block's run will
-        guard as a whole (``torch.save(...)`` then ``if is_best: torch.save(...)``):
-        guarding inside it too would nest one check in the same check."""
-        owner = self.parent(block)
-        outer = self.parent(owner) if isinstance(owner, cst.If) else None
-        if outer is None or not isinstance(outer, (cst.IndentedBlock, cst.Module)) or not self.guardable_block(outer):
-            return False
-        siblings = list(outer.body)
-        if owner not in siblings or not self.continues(owner):
-            return False
-        for stmt in reversed(siblings[: siblings.index(owner)]):
-            if self.starts(stmt) is not None:
-                return True
-            if not self.continues(stmt):
-                return False
-        return False
+    def _unguard_inner(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
+        """``if is_best:`` whose body this pass already guarded (blocks are left
+        bottom-up): inside the run's own check, that inner check goes."""
+        if not (isinstance(stmt, cst.If) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock)):
+            return stmt
+        body: List[cst.BaseStatement] = []
+        for inner in stmt.body.body:
+            if self._joinable(inner):
+                moved = list(inner.body.body)
+                moved[0] = moved[0].with_changes(leading_lines=[*inner.leading_lines, *moved[0].leading_lines])
+                body.extend(moved)
+            else:
+                body.append(inner)
+        return stmt.with_changes(body=stmt.body.with_changes(body=body))
 
     def _merge_adjacent(self, stmts: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
         """Two main-process blocks in a row become one."""

@@ -271,6 +271,8 @@ class DataParallelToDDP(Transform):
             return ""
         scope = self.enclosing_function(at) or self.module
         line = self.position(at)[0]
+        if self._trainable_again(scope, name, line):
+            return ""
         for loop in P.find(scope, cst.For):
             if not (
                 m.matches(loop.iter, m.Call(func=m.Attribute(attr=m.Name("parameters"))))
@@ -292,6 +294,35 @@ class DataParallelToDDP(Transform):
             if _requires_grad_false(call) and P.dotted_name(call.func.value) == name and self.position(call)[0] < line:
                 return name
         return ""
+
+    def _trainable_again(self, scope: cst.CSTNode, name: str, line: int) -> bool:
+        """After the freeze some parameters of ``name`` may train after all: a layer
+        added (``model.fc = nn.Linear(...)``, ``add_module``), ``requires_grad``
+        set back, or its parameters handed on after the wrap (to an optimizer) --
+        then it is a partly frozen model, which DDP wraps as usual."""
+        def owned(node) -> bool:
+            dotted = P.dotted_name(node)
+            return dotted == name or dotted.startswith(name + ".")
+
+        for assign in P.find(scope, cst.Assign):
+            if any(owned(t.target) and P.dotted_name(t.target) != name for t in assign.targets):
+                return True  # model.fc = nn.Linear(...)
+            if m.matches(assign.value, m.Name("True")) and any(
+                P.dotted_name(t.target).endswith(".requires_grad") for t in assign.targets
+            ):
+                return True
+        for call in P.find(scope, cst.Call):
+            func = call.func
+            if not isinstance(func, cst.Attribute):
+                continue
+            if func.attr.value in ("add_module", "register_module") and owned(func.value):
+                return True
+            if func.attr.value == "requires_grad_" and not _requires_grad_false(call):
+                return True
+            if func.attr.value in ("parameters", "named_parameters") and owned(func.value):
+                if self.position(call)[0] > line:
+                    return True  # optimizer(model.parameters()) after the wrap: it trains
+        return False
 
     def _frozen_model(
         self, original: cst.Call, updated: cst.Call, module_arg: cst.BaseExpression, name: str

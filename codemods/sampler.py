@@ -463,8 +463,10 @@ class DistributedSamplerTransform(Transform):
         if not self._batch_loops:
             return ""
         for anc in self.ancestors(node):
-            if anc in self._batch_loops:
-                return self._batch_loops[anc]
+            if isinstance(anc, (cst.For, cst.FunctionDef)):
+                # the innermost loop decides (a validation loop inside the training loop
+                # iterates another loader: its batches are whole)
+                return self._batch_loops.get(anc, "")
         return ""
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:

@@ -105,6 +105,22 @@ class SaveOnMainProcess(MainProcessGuard):
             value = self.only_value(arg.value, pure=False) if isinstance(arg.value, cst.Name) else arg.value
             if isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in ("BytesIO", "StringIO"):
                 return True
+            if self._from_tempfile(arg.value):
+                return True  # a folder of this process's own: ``tmpdir = tempfile.mkdtemp()``
+        return False
+
+    def _from_tempfile(self, expr: cst.BaseExpression, depth: int = 3) -> bool:
+        """``expr`` is built from a ``tempfile`` path, through variables assigned
+        once (``cfg_path = os.path.join(tmpdir, "cfg.json")``)."""
+        if isinstance(expr, cst.Call) and any(q.startswith("tempfile.") for q in self.qnames(expr.func)):
+            return True
+        if depth == 0:
+            return False
+        names = [expr] if isinstance(expr, cst.Name) else P.find(expr, cst.Name)
+        for name in names:
+            value = self.only_value(name, pure=False)
+            if value is not None and value is not expr and self._from_tempfile(value, depth - 1):
+                return True
         return False
 
     def continues(self, stmt: cst.BaseStatement) -> bool:
@@ -320,7 +336,9 @@ class SaveOnMainProcess(MainProcessGuard):
         if call is not None and self.is_call(call, N.TORCH_SAVE) and len(call.args) >= 2:
             return self._file_of(call.args[1].value)
         if isinstance(stmt, cst.With) and (self._with_open_save(stmt) or self._with_open_write(stmt)):
-            return self._opened(stmt.items[0])
+            call = stmt.items[0].item
+            # (the path as the loads see it: through a variable assigned once)
+            return self._file_of(call.args[0].value) if isinstance(call, cst.Call) and call.args else None
         return None
 
     def _opened(self, item: cst.WithItem) -> Optional[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Iterator
 
@@ -68,9 +69,14 @@ def _is_script(src: Source) -> bool:
     program that calls them."""
     if any(is_main_guard(s) for s in src.tree.body):
         return True
+    helpers = set()
     for call in src.calls:
         if src.qualname(call.func) in N.INIT_PROCESS_GROUP:
             func = src.function_of(call)
-            if func is None or not _SETUP_HELPER.match(func.name):
+            if func is None or isinstance(func, ast.Lambda) or not _SETUP_HELPER.match(func.name):
                 return True
-    return False
+            helpers.add(func.name)
+    # the file calls its own set-up helper at module level: a script after all
+    return any(
+        isinstance(c.func, ast.Name) and c.func.id in helpers and src.function_of(c) is None for c in src.calls
+    )

@@ -84,20 +84,28 @@ def _handed_elsewhere(src: Source) -> bool:
     not define -- an import, another object's method -- where ``set_epoch`` may be
     called: a file cannot see that, so it does not guess."""
     local = {n.name for n in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)}
-    handed = {
-        dotted(t)
-        for a in src.of_type(ast.Assign)
-        if src.is_call(a.value, N.DATA_LOADER) or src.is_call(a.value, N.DISTRIBUTED_SAMPLER)
+    samplers = {
+        dotted(t) for a in src.of_type(ast.Assign)
+        if src.is_call(a.value, N.DISTRIBUTED_SAMPLER) and not is_false(argument(a.value, 3, "shuffle"))
         for t in a.targets
     } - {""}
+    handed = set(samplers)  # the shuffling sampler, and the loaders it feeds
+    for a in src.of_type(ast.Assign):
+        if src.is_call(a.value, N.DATA_LOADER):
+            sampler = argument(a.value, 3, "sampler")
+            if sampler is not None and (
+                dotted(sampler) in samplers
+                or src.is_call(sampler, N.DISTRIBUTED_SAMPLER) and not is_false(argument(sampler, 3, "shuffle"))
+            ):
+                handed |= {dotted(t) for t in a.targets} - {""}
     if not handed:
         return False
     for loop in (n for n in src.nodes if is_epoch_loop(n)):
         for call in ast.walk(loop):
             if not isinstance(call, ast.Call) or last_name(call.func) in _ITERATING:
                 continue
-            if isinstance(call.func, ast.Name) and call.func.id in local:
-                continue
+            if last_name(call.func) in local:
+                continue  # a function or method of this file (checked where it is)
             if any(dotted(a) in handed for a in (*call.args, *(k.value for k in call.keywords))):
                 return True
     return False
