@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from . import _names as N
-from ._analysis import Source, last_name
+from ._analysis import Source, dotted, last_name
 
 
 @dataclass
@@ -206,17 +206,27 @@ def _path_roots(src: Source) -> Set[str]:
             return posixpath.join(*args)
         return None
 
+    def edits_path(call: ast.Call) -> bool:
+        name = dotted(call.func)
+        return name in ("sys.path.insert", "sys.path.append", "site.addsitedir")
+
     roots: Set[str] = set()
     for node in ast.walk(src.tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             value = ev(node.value)
             if value is not None:
                 env[node.targets[0].id] = value
+    # a helper of the file that puts its parameter on sys.path (HRNet's add_path)
+    adders = {
+        f.name for f in src.of_type(ast.FunctionDef)
+        if any(isinstance(c, ast.Call) and edits_path(c) for c in ast.walk(f))
+    }
     for call in src.calls:
+        if not (edits_path(call) or isinstance(call.func, ast.Name) and call.func.id in adders):
+            continue
         for arg in call.args:
             value = ev(arg)
-            if value not in (None, _FILE) and (isinstance(arg, ast.Name) or not isinstance(arg, ast.Constant)
-                                               or last_name(call.func) in ("insert", "append", "addsitedir")):
+            if value not in (None, _FILE):
                 roots.add(posixpath.normpath(value))
     return roots
 
