@@ -559,6 +559,44 @@ def called_only_on_main(src: Source, func: ast.AST) -> bool:
     return bool(name) and called and not called_unguarded(src, func)
 
 
+def open_for_writing(src: Source, stmt: ast.With) -> List[ast.Call]:
+    """The ``open(P, "w")`` calls of a ``with`` whose items all open a file to write
+    (a literal mode with w, a, x or +) and whose body only writes it -- dumps,
+    ``f.write(...)``, a csv writer and its rows; empty otherwise.  Shared by lint
+    (DDP302) and convert (save-on-main, which puts such a block on rank 0)."""
+    calls = []
+    for item in stmt.items:
+        call = item.context_expr
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "open" and call.args):
+            return []
+        mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+        if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax+")):
+            return []
+        calls.append(call)
+    for line in stmt.body:
+        if isinstance(line, ast.Assign) and len(line.targets) == 1 and isinstance(line.targets[0], ast.Name):
+            if src.is_call(line.value, N.CSV_WRITERS):
+                continue  # ``writer = csv.writer(f)``
+            return []
+        if not (isinstance(line, ast.Expr) and isinstance(line.value, ast.Call)):
+            return []
+        inner = line.value
+        if not (
+            src.qualname(inner.func) in N.WRITE_DUMPS
+            or isinstance(inner.func, ast.Attribute) and inner.func.attr in N.WRITE_METHODS
+        ):
+            return []
+    return calls
+
+
+def pure_writes(stmt: ast.With) -> bool:
+    """What a writing ``with open(...)`` block writes, and where, computes nothing
+    (no call but harmless ones): it may go behind a main-process check."""
+    calls = [line.value for line in stmt.body if isinstance(line, ast.Expr)]
+    calls += [item.context_expr for item in stmt.items if isinstance(item.context_expr, ast.Call)]
+    return all(is_pure(a) for c in calls for a in (*c.args, *(k.value for k in c.keywords)))
+
+
 def on_main_process_only(src: Source, node: ast.AST) -> bool:
     """``node`` runs on the main process only: under ``if rank == 0:``, or after an
     early ``if rank != 0: return`` in its function."""

@@ -169,3 +169,12 @@ HARMLESS_METHODS = frozenset(
      "relpath", "isfile", "isdir", "getsize", "splitext", "dumps",
      "exp", "log", "log2", "log10", "sqrt", "floor", "ceil", "isnan", "isinf", "isfinite"}
 )
+
+
+#: what writes a whole file into an open file object (``json.dump(obj, f)``), the
+#: methods that write into it (``f.write``, a csv writer's rows), the csv writers
+WRITE_DUMPS = frozenset(
+    {"json.dump", "yaml.dump", "yaml.safe_dump", "pickle.dump", "numpy.save", "numpy.savetxt", "torch.save"}
+)
+WRITE_METHODS = frozenset({"write", "writelines", "writerow", "writerows", "writeheader"})
+CSV_WRITERS = frozenset({"csv.writer", "csv.DictWriter"})

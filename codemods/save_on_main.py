@@ -28,6 +28,7 @@ condition); elsewhere the spot is reported.
 
 from __future__ import annotations
 
+import ast
 from typing import List, Optional, Sequence, Set
 
 import libcst as cst
@@ -52,15 +53,6 @@ _FILE_OPS = frozenset(
         "os.symlink",
     }
 )
-
-
-#: whole-file writers into an open file object (``json.dump(obj, f)``)
-_DUMPS = frozenset(
-    {"json.dump", "yaml.dump", "yaml.safe_dump", "pickle.dump", "numpy.save", "numpy.savetxt", "torch.save"}
-)
-#: methods that write into the file (``f.write``, a csv writer's ``writerow``)
-_WRITE_METHODS = frozenset({"write", "writelines", "writerow", "writerows", "writeheader"})
-_CSV_WRITERS = frozenset({"csv.writer", "csv.DictWriter"})
 
 
 class SaveOnMainProcess(MainProcessGuard):
@@ -166,28 +158,13 @@ class SaveOnMainProcess(MainProcessGuard):
     def _with_open_write(self, stmt: cst.With) -> bool:
         """``with open(P, "w") as f:`` whose body only writes the file -- dumps,
         ``f.write(...)``, a csv writer and its rows, of values that compute nothing
-        -- to a path ``P`` that does not name the rank."""
-        for item in stmt.items:
-            call = item.item
-            if not (isinstance(call, cst.Call) and m.matches(call.func, m.Name("open"))):
-                return False
-            if not _writes(call) or self._per_rank_path(call) or not all(P.is_pure(a.value) for a in call.args):
-                return False
-        body = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else []
-        for line in body:
-            if m.matches(line, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())])])):
-                if self.is_call(line.body[0].value, _CSV_WRITERS):
-                    continue  # ``writer = csv.writer(f)``
-                return False
-            call = single_call(line)
-            if call is None:
-                return False
-            writes = self.is_call(call, _DUMPS) or (
-                isinstance(call.func, cst.Attribute) and call.func.attr.value in _WRITE_METHODS
-            )
-            if not writes or not all(P.is_pure(a.value) for a in call.args):
-                return False
-        return bool(body)
+        (``_analysis.open_for_writing``, lint's DDP302 test) -- to a path ``P`` that
+        is not this process's own."""
+        line = self.position(stmt)[0]
+        node = next((w for w in self.ast_source.of_type(ast.With) if w.lineno == line), None)
+        if node is None or not A.open_for_writing(self.ast_source, node) or not A.pure_writes(node):
+            return False
+        return not any(isinstance(i.item, cst.Call) and self._per_rank_path(i.item) for i in stmt.items)
 
     def _note_whole_model(self, call: cst.Call) -> None:
         """``torch.save(self.model, path)`` of a model wrapped elsewhere (the Trainer

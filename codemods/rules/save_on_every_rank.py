@@ -9,9 +9,10 @@ from .. import _names as N
 from .._analysis import (
     Source,
     called_unguarded,
-    is_pure,
     is_rank_expr,
     on_main_process_only,
+    open_for_writing,
+    pure_writes,
     uses_distributed,
 )
 from ._base import Diagnostic, Rule
@@ -78,7 +79,7 @@ class SaveOnEveryRank(Rule):
                 src, call, "every rank writes this file (the same path on each): write it from the "
                 "main process only (if dist.get_rank() == 0)"
             )
-            if not _pure_writes(stmt):
+            if not pure_writes(stmt):
                 found.fix = None  # what it writes is computed there: convert leaves it
             yield found
         for call in src.calls:
@@ -103,39 +104,10 @@ class SaveOnEveryRank(Rule):
                 )
 
 
-#: whole-file writers into an open file object, and the methods that write into it
-_DUMPS = frozenset({"json.dump", "yaml.dump", "yaml.safe_dump", "pickle.dump", "numpy.save", "numpy.savetxt", "torch.save"})
-_WRITE_METHODS = frozenset({"write", "writelines", "writerow", "writerows", "writeheader"})
-_CSV_WRITERS = frozenset({"csv.writer", "csv.DictWriter"})
-
-
 def _open_for_writing(src: Source, stmt: ast.With) -> Optional[ast.Call]:
-    """The ``open(P, "w")`` of a ``with`` whose body only writes that file (what
-    convert's save-on-main puts on the main process), else None."""
-    if len(stmt.items) != 1:
-        return None
-    call = stmt.items[0].context_expr
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "open" and call.args):
-        return None
-    mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
-    if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax+")):
-        return None
-    for line in stmt.body:
-        if isinstance(line, ast.Assign) and len(line.targets) == 1 and isinstance(line.targets[0], ast.Name):
-            if src.is_call(line.value, _CSV_WRITERS):
-                continue
-            return None
-        if not (isinstance(line, ast.Expr) and isinstance(line.value, ast.Call)):
-            return None
-        inner = line.value
-        if not (src.qualname(inner.func) in _DUMPS or isinstance(inner.func, ast.Attribute) and inner.func.attr in _WRITE_METHODS):
-            return None
-    return call
-
-
-def _pure_writes(stmt: ast.With) -> bool:
-    calls = [line.value for line in stmt.body if isinstance(line, ast.Expr)]
-    return all(is_pure(a) for c in [*calls, stmt.items[0].context_expr] for a in (*c.args, *(k.value for k in c.keywords)))
+    """The ``open(P, "w")`` of a one-item ``with`` that only writes that file."""
+    calls = open_for_writing(src, stmt)
+    return calls[0] if len(stmt.items) == 1 and calls else None
 
 
 def _in_writing_with(src: Source, call: ast.Call) -> bool:
