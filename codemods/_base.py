@@ -385,6 +385,22 @@ class Transform(Codemod, cst.CSTTransformer):
         self._aliases[key] = name
         return name
 
+    def drop_imports_if_unused(self, wanted) -> None:
+        """Schedule the removal of the module's ``from x import y [as z]`` names for
+        which ``wanted(qualified name, bound name)`` holds -- removed at the end only
+        if nothing uses them any more (``_RemoveImports``)."""
+        for stmt in self.module.body:
+            if not m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom()])):
+                continue
+            imp = stmt.body[0]
+            if imp.relative or isinstance(imp.names, cst.ImportStar) or imp.module is None:
+                continue
+            module = P.dotted_module(imp.module)
+            for alias in imp.names:
+                asname = alias.asname.name.value if alias.asname else None
+                if wanted(f"{module}.{alias.name.value}", asname or alias.name.value):
+                    RemoveImportsVisitor.remove_unused_import(self.context, module, alias.name.value, asname)
+
     def _bound_locally(self, name: str) -> bool:
         """``name`` is bound in a function, lambda, class or comprehension of the
         module (a local ``dist = Categorical(...)``, a parameter ``dist``)."""

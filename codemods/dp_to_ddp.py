@@ -38,7 +38,6 @@ from typing import Dict, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.codemod.visitors import RemoveImportsVisitor
 
 from . import _analysis as A
 from . import _names as N
@@ -75,19 +74,7 @@ class DataParallelToDDP(Transform):
     def visit_Module(self, node: cst.Module) -> None:
         if self._hand_made:
             return
-        for stmt in node.body:
-            if not m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom()])):
-                continue
-            imp = stmt.body[0]
-            module = P.dotted_module(imp.module) if imp.module else ""
-            if imp.relative or isinstance(imp.names, cst.ImportStar):
-                continue
-            for alias in imp.names:
-                if f"{module}.{alias.name.value}" in N.DATA_PARALLEL:
-                    asname = alias.asname.name.value if alias.asname else None
-                    RemoveImportsVisitor.remove_unused_import(
-                        self.context, module, alias.name.value, asname
-                    )
+        self.drop_imports_if_unused(lambda qualified, bound: qualified in N.DATA_PARALLEL)
 
     # class MyDP(nn.DataParallel) -------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:

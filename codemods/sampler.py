@@ -37,7 +37,6 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.codemod.visitors import RemoveImportsVisitor
 from libcst.metadata import ScopeProvider
 
 from . import _analysis as A
@@ -192,25 +191,6 @@ class DistributedSamplerTransform(Transform):
             return "False"
         return None
 
-    def _drop_import_if_unused(self, func: cst.BaseExpression) -> None:
-        """The ``from torch.utils.data import RandomSampler`` of a replaced sampler,
-        removed when nothing else uses it."""
-        if not isinstance(func, cst.Name):
-            return
-        for stmt in self.module.body:
-            if not m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom()])):
-                continue
-            imp = stmt.body[0]
-            if imp.relative or isinstance(imp.names, cst.ImportStar) or imp.module is None:
-                continue
-            for alias in imp.names:
-                bound = alias.asname.name.value if alias.asname else alias.name.value
-                if bound == func.value:
-                    RemoveImportsVisitor.remove_unused_import(
-                        self.context, P.dotted_module(imp.module), alias.name.value,
-                        alias.asname.name.value if alias.asname else None,
-                    )
-
     def _custom_sampler_message(self, keyword: str, value: cst.BaseExpression) -> str:
         code = self.module.code_for_node(value)
         if isinstance(value, cst.Name):
@@ -287,7 +267,8 @@ class DistributedSamplerTransform(Transform):
 
         if plain is not None:
             shuffle_code = plain  # RandomSampler: shuffled; SequentialSampler: in order
-            self._drop_import_if_unused(_arg(original, 3, "sampler").func)
+            func = _arg(original, 3, "sampler").func  # the RandomSampler import goes if unused
+            self.drop_imports_if_unused(lambda qualified, bound: bound == P.dotted_name(func))
         elif shuffle_expr is not None:
             shuffle_code = self.module.code_for_node(shuffle_expr)
         elif star is not None:
