@@ -39,6 +39,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
+from . import _names as N
 from . import _patterns as P
 from ._model import FileRole, Finding, Settings  # noqa: F401 (the transforms' vocabulary)
 
@@ -971,8 +972,7 @@ def _is_path_setup(stmt: cst.CSTNode) -> bool:
         return False
     small = stmt.body[0]
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        name = P.dotted_name(small.value.func)
-        return name in ("sys.path.insert", "sys.path.append", "sys.path.extend", "site.addsitedir")
+        return P.dotted_name(small.value.func) in N.SYS_PATH_EDITS
     return isinstance(small, cst.AugAssign) and P.dotted_name(small.target) == "sys.path"
 
 

@@ -172,11 +172,11 @@ _FILE = "<__file__>"
 
 
 def _path_roots(src: Source) -> Set[str]:
-    """The folders, relative to the file's own, that path expressions of a file
-    which edits ``sys.path`` name: literal strings and ``os.path``/``pathlib``
-    arithmetic on ``__file__``, through simple assignments (``this_dir =
-    osp.dirname(__file__)``) -- every such expression handed to a call, so
-    that a helper (``add_path(lib_path)``) counts too."""
+    """The folders, relative to the file's own, that a file puts on ``sys.path``:
+    the arguments of ``sys.path.insert``/``append``, ``site.addsitedir`` or of a
+    helper of the file that calls one (HRNet's ``add_path(lib_path)``) -- literal
+    strings and ``os.path``/``pathlib`` arithmetic on ``__file__``, through simple
+    assignments (``this_dir = osp.dirname(__file__)``)."""
     import posixpath
 
     env: Dict[str, str] = {}
@@ -207,8 +207,7 @@ def _path_roots(src: Source) -> Set[str]:
         return None
 
     def edits_path(call: ast.Call) -> bool:
-        name = dotted(call.func)
-        return name in ("sys.path.insert", "sys.path.append", "site.addsitedir")
+        return dotted(call.func) in N.SYS_PATH_EDITS
 
     roots: Set[str] = set()
     for node in ast.walk(src.tree):

@@ -178,3 +178,7 @@ WRITE_DUMPS = frozenset(
 )
 WRITE_METHODS = frozenset({"write", "writelines", "writerow", "writerows", "writeheader"})
 CSV_WRITERS = frozenset({"csv.writer", "csv.DictWriter"})
+
+
+#: calls that put a folder on ``sys.path`` (a script's own import set-up)
+SYS_PATH_EDITS = frozenset({"sys.path.insert", "sys.path.append", "sys.path.extend", "site.addsitedir"})

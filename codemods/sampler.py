@@ -457,7 +457,7 @@ class DistributedSamplerTransform(Transform):
         return self._batch_use(original_node, updated_node)
 
     def _batch_use(self, original, updated):
-        name = self._loop_batch(original) if self._batch_loops else ""
+        name = self._loop_batch(original)
         if not name or P.dotted_name(original) != name:
             return updated
         parent = self.parent(original)

@@ -85,6 +85,25 @@ def may_matter(data: bytes) -> bool:
 
 
 # ------------------------------------------------------------------ program roles
+def module_files(folder: str, dotted: str) -> Tuple[str, ...]:
+    """The files (normalised paths) that ``import dotted`` finds below ``folder``:
+    ``a/b.py`` or the package ``a/b/__init__.py``."""
+    parts = [p for p in dotted.split(".") if p]
+    if not parts:
+        return ()
+    return (
+        os.path.normpath(os.path.join(folder, *parts) + ".py"),
+        os.path.normpath(os.path.join(folder, *parts, "__init__.py")),
+    )
+
+
+def package_folder(folder: str, level: int) -> str:
+    """Where ``from ..x import y`` (``level`` dots) looks, from a file in ``folder``."""
+    for _ in range(level - 1):
+        folder = os.path.dirname(folder)
+    return folder
+
+
 def _resolve_imports(paths: Sequence[str], facts: Mapping[str, FileFacts]) -> Dict[str, Set[str]]:
     """Which of the given files each file imports (the program's import graph).
 
@@ -114,8 +133,8 @@ def _resolve_imports(paths: Sequence[str], facts: Mapping[str, FileFacts]) -> Di
         parts = [p for p in dotted.split(".") if p]
         if not parts or os.path.normpath(os.path.join(folder, *parts[:-1])) not in folders:
             return found
-        for candidate in (os.path.join(folder, *parts) + ".py", os.path.join(folder, *parts, "__init__.py")):
-            hit = known.get(os.path.normpath(candidate))
+        for candidate in module_files(folder, dotted):
+            hit = known.get(candidate)
             if hit is not None:
                 found.add(hit)
         return found
@@ -149,9 +168,7 @@ def _resolve_imports(paths: Sequence[str], facts: Mapping[str, FileFacts]) -> Di
                     targets |= hits
                     break
         for level, name in facts[path].relative_imports:
-            base = folder
-            for _ in range(level - 1):
-                base = os.path.dirname(base)
+            base = package_folder(folder, level)
             targets |= lookup(base, name) if name else lookup(base, "__init__")
         graph[path] = targets - {path}
     return graph

@@ -120,6 +120,7 @@ class ConvertRun:
         loops, loaders and saves stay single-process -- so the report says which."""
         from dp2ddp.codemods._facts import import_facts
         from dp2ddp.codemods._model import Finding
+        from dp2ddp.engine import module_files, package_folder
 
         given = {os.path.normpath(os.path.abspath(p)) for p in sources}
         for entry in result.entries:
@@ -128,16 +129,10 @@ class ConvertRun:
             facts = import_facts(entry.source.decode("utf-8", "replace"))
             folder = os.path.dirname(os.path.abspath(entry.path))
             wanted = [(folder, name) for name in facts.imports]
-            for level, name in facts.relative_imports:
-                base = folder
-                for _ in range(level - 1):
-                    base = os.path.dirname(base)
-                wanted.append((base, name))
+            wanted += [(package_folder(folder, level), name) for level, name in facts.relative_imports]
             missing = set()
             for base, name in wanted:
-                parts = [p for p in name.split(".") if p]
-                for candidate in (os.path.join(base, *parts) + ".py", os.path.join(base, *parts, "__init__.py")):
-                    candidate = os.path.normpath(candidate)
+                for candidate in module_files(base, name):
                     if candidate in given or not os.path.isfile(candidate):
                         continue
                     try:
