@@ -782,8 +782,7 @@ def accumulates_metrics(src: Source) -> Optional[bool]:
                 isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("update", "append", "add_")
             ):
-                text = ast.dump(node)
-                if "'item'" in text or _METRIC.search(" ".join(_names(node))):
+                if calls_method(node, "item") or _METRIC.search(" ".join(_names(node))):
                     return True
     return found
 
@@ -1021,11 +1020,7 @@ def _shard_values(epoch_loop: ast.AST, agreed: Set[str] = frozenset()) -> Set[st
         for node in ast.walk(inner):
             if isinstance(node, (ast.Assign, ast.AugAssign)):
                 value = node.value
-                calls_item = any(
-                    isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "item"
-                    for c in ast.walk(value)
-                )
-                if calls_item or any(_METRIC.search(n) for n in _names(value)):
+                if calls_method(value, "item") or any(_METRIC.search(n) for n in _names(value)):
                     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                     for target in targets:
                         local |= {dotted(t) for t in ast.walk(target) if isinstance(t, (ast.Name, ast.Attribute))} - {""}
