@@ -6,7 +6,7 @@ import ast
 from typing import Iterator
 
 from .. import _names as N
-from .._analysis import Source, argument, dotted, is_epoch_loop, is_false, last_name
+from .._analysis import Source, argument, dotted, is_epoch_loop, is_eval_name, is_false, last_name
 from ._base import Diagnostic, Rule
 
 
@@ -53,6 +53,7 @@ class MissingSetEpoch(Rule):
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if _sets_epoch(src):
+            yield from _another_sampler_set(self, src)
             return
         if not any(is_epoch_loop(n) for n in src.nodes):
             return
@@ -73,6 +74,56 @@ def _sets_epoch(src: Source) -> bool:
             if not isinstance(call.args[0], ast.Constant):
                 return True
     return False
+
+
+def _another_sampler_set(rule: Rule, src: Source) -> Iterator[Diagnostic]:
+    """``val_sampler.set_epoch(epoch)`` while the shuffling training sampler is
+    never set: reported at that sampler.  Only when every ``set_epoch`` call names
+    a sampler (or ``loader.sampler``) this file builds by name -- any other
+    receiver (``self.sampler``, a helper's argument) may be the missing one --
+    and not for a sampler or loader named for validation (its order does not
+    matter)."""
+    names = {}  # id(DistributedSampler call) -> the names it goes by (sampler, loader.sampler)
+    by_name = {}  # a name -> its DistributedSampler call
+    for a in src.of_type(ast.Assign):
+        if src.is_call(a.value, N.DISTRIBUTED_SAMPLER):
+            for t in filter(None, map(dotted, a.targets)):
+                by_name[t] = a.value
+    for a in src.of_type(ast.Assign):
+        if src.is_call(a.value, N.DATA_LOADER):
+            sampler = argument(a.value, 3, "sampler")
+            call = by_name.get(dotted(sampler)) if sampler is not None else None
+            if call is None and sampler is not None and src.is_call(sampler, N.DISTRIBUTED_SAMPLER):
+                call = sampler
+            for t in filter(None, map(dotted, a.targets)):
+                if call is not None:
+                    by_name[f"{t}.sampler"] = call
+    calls = {}
+    for name, call in by_name.items():
+        names.setdefault(id(call), []).append(name)
+        calls[id(call)] = call
+    set_ones = set()
+    for call in src.calls:
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr == "set_epoch" and call.args:
+            if isinstance(call.args[0], ast.Constant):
+                continue
+            if dotted(func.value) not in by_name:
+                return
+            set_ones.add(dotted(func.value))
+    set_calls = {id(by_name[n]) for n in set_ones}
+    for key, call in calls.items():
+        if key in set_calls or is_false(argument(call, 3, "shuffle")):
+            continue
+        if any(is_eval_name(n.split(".")[-2 if n.endswith(".sampler") else -1]) for n in names[key]):
+            continue
+        found = rule.diagnostic(
+            src, call,
+            f"DistributedSampler shuffles but set_epoch() is only called on {', '.join(sorted(set_ones))}, "
+            f"not on this one ({' / '.join(names[key])}): every epoch repeats the same order",
+        )
+        found.fix = None  # set-epoch adds no second call next to an existing one: a human's edit
+        yield found
 
 
 #: calls that take a loader without training on it
