@@ -492,14 +492,7 @@ class DataParallelToDDP(Transform):
             original_node,
             "the DDP wrap is taken out of the GPU-only condition: every process wraps (GPU or CPU)",
         )
-        if "state_dict" in self.module.code and not self._unwraps_itself(wraps):
-            self.note(
-                original_node,
-                "the original wrapped only when it saw several GPUs, so its checkpoints from "
-                "CPU or 1-GPU runs have no 'module.' prefix; the converted script always "
-                "wraps, like a multi-GPU run (load old ones with "
-                "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present)",
-            )
+        self._note_prefix(original_node, wraps)
         if not new_body and not else_body:
             first = wraps[0].with_changes(leading_lines=[*lead, *wraps[0].leading_lines])
             return cst.FlattenSentinel([first, *wraps[1:]])
@@ -521,6 +514,47 @@ class DataParallelToDDP(Transform):
             )
         return cst.FlattenSentinel([kept, *(w.with_changes(leading_lines=[]) for w in wraps)])
 
+    def _note_prefix(self, at: cst.CSTNode, wraps) -> None:
+        if "state_dict" in self.module.code and not self._unwraps_itself(wraps):
+            self.note(
+                at,
+                "the original wrapped only when it saw several GPUs, so its checkpoints from "
+                "CPU or 1-GPU runs have no 'module.' prefix; the converted script always "
+                "wraps, like a multi-GPU run (load old ones with "
+                "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present)",
+            )
+
+    # model = DataParallel(model) if torch.cuda.device_count() > 1 else model ---
+    def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
+        """The one-line form of the GPU-only wrap: every process wraps, so the
+        expression becomes the wrap.  Only when the other branch is the same
+        model (or it moved to a device); anything else is left for a human."""
+        sides = [(original_node.body, updated_node.body, original_node.orelse),
+                 (original_node.orelse, updated_node.orelse, original_node.body)]
+        for wrap, converted, other in sides:
+            if wrap not in self._converted:
+                continue
+            module = next((a.value for a in wrap.args if a.keyword is None or a.keyword.value == "module"), None)
+            name = P.dotted_name(_unmoved(module)) if module is not None else ""
+            same = bool(name) and P.dotted_name(_unmoved(other)) == name
+            if not (same and P.is_gpu_guard(self, original_node.test)):
+                self.manual(
+                    original_node,
+                    "DataParallel is wrapped only under this condition: under DDP every "
+                    "process must wrap; move the wrap out of it by hand",
+                )
+                return updated_node
+            self.changed(
+                original_node,
+                "the DDP wrap is taken out of the GPU-only condition: every process wraps (GPU or CPU)",
+            )
+            statement = next((a for a in self.ancestors(original_node) if isinstance(a, cst.SimpleStatementLine)), wrap)
+            self._note_prefix(original_node, [statement])
+            return converted.with_changes(
+                lpar=[*original_node.lpar, *converted.lpar], rpar=[*converted.rpar, *original_node.rpar]
+            )
+        return updated_node
+
     def _wraps_here(self, block: cst.CSTNode) -> bool:
         return any(call in self._converted for call in P.find(block, cst.Call))
 
@@ -536,6 +570,13 @@ class DataParallelToDDP(Transform):
 
 #: Synchronized-BatchNorm-PyTorch's DataParallel helpers (``sync_batchnorm.replicate``)
 _DATA_PARALLEL_ONLY = frozenset({"patch_replication_callback"})  # (DataParallelWithCallback: DDP009)
+
+
+def _unmoved(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``model`` of ``model.to(device)`` / ``model.cuda()``."""
+    while isinstance(node, cst.Call) and m.matches(node, P.DEVICE_MOVE):
+        node = node.func.value
+    return node
 
 
 def _requires_grad_false(call: cst.Call) -> bool:
