@@ -33,6 +33,8 @@ a custom ``sampler=``/``batch_sampler=`` and an ``IterableDataset`` are reported
 
 from __future__ import annotations
 
+import re
+
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -60,6 +62,11 @@ def {name}(global_batch_size):
     return global_batch_size // world_size
 '''
 
+
+#: contexts and decorators under which no gradient is recorded
+_NO_GRAD = frozenset({"no_grad", "inference_mode"})
+#: functions that evaluate (``evaluate``, ``validate``, ``test_epoch``, ``run_eval``)
+_EVAL_FUNCTION = re.compile(r"(?i)(^|_)(val|valid|validate|validation|eval|evaluate|evaluation|test)(_|$)")
 
 class DistributedSamplerTransform(Transform):
     CODE = "DDP101"
@@ -377,7 +384,7 @@ class DistributedSamplerTransform(Transform):
                 summed = (keyword == "reduction" and P.string_value(arg.value) == "sum") or (
                     keyword == "size_average" and m.matches(arg.value, m.Name("False"))
                 )
-                if summed:
+                if summed and self._for_gradients(call):
                     self._sum_noted = True
                     self.note(
                         call,
@@ -388,6 +395,29 @@ class DistributedSamplerTransform(Transform):
                         code="DDP103",
                     )
                     return
+
+    def _for_gradients(self, call: cst.Call) -> bool:
+        """A summed loss that may reach ``backward()``: not one computed under
+        ``torch.no_grad()``/``inference_mode()``, in an evaluation function, or
+        taken straight to a number (``.item()``) -- a metric, whose sum the note's
+        advice would only distort."""
+        parent = self.parent(call)
+        if isinstance(parent, cst.Attribute) and parent.attr.value in ("item", "tolist", "detach"):
+            return False
+        for anc in self.ancestors(call):
+            if isinstance(anc, cst.With) and any(
+                isinstance(item.item, cst.Call) and P.dotted_name(item.item.func).rsplit(".", 1)[-1] in _NO_GRAD
+                for item in anc.items
+            ):
+                return False
+            if isinstance(anc, cst.FunctionDef):
+                if _EVAL_FUNCTION.search(anc.name.value) or any(
+                    P.dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+                    .rsplit(".", 1)[-1] in _NO_GRAD
+                    for d in anc.decorators
+                ):
+                    return False
+        return True
 
     def _iterable_dataset(self, loader: cst.Call) -> bool:
         """The loader's dataset is an ``IterableDataset`` (``_analysis.iterable_dataset``,

@@ -131,6 +131,27 @@ def test_a_summed_loss_is_noted_in_global_batch_mode_only():
             assert notes[0].line == 11 and notes[0].code == "DDP103"
 
 
+@pytest.mark.parametrize(
+    "metric",
+    [
+        # a validation sum under no_grad, taken to a number, in an evaluation function
+        "    with torch.no_grad():\n        total = F.mse_loss(model(x), x, reduction=\"sum\")\n",
+        "    total = F.mse_loss(model(x), x, reduction=\"sum\").item()\n",
+        "    if True:\n        total = F.mse_loss(model(x), x, reduction=\"sum\")\n",
+    ],
+)
+def test_a_summed_metric_that_never_reaches_backward_is_not_noted(metric):
+    source = (FIXTURES / "distributed-sampler" / "summed_loss_noted.in.py").read_text()
+    source = source.replace('reduction="sum"', 'reduction="mean"')
+    function = "validate" if "if True" in metric else "report"
+    source += f"\n\ndef {function}(model, x):\n{metric}    return total\n"
+    file = _convert(source.encode(), {})
+    assert not [f for f in file.findings if "summed loss" in f.message]
+    trained = source.replace('reduction="mean"', 'reduction="sum"')
+    file = _convert(trained.encode(), {})
+    assert [f.line for f in file.findings if "summed loss" in f.message] == [11]
+
+
 def test_the_shard_metrics_note_only_where_a_training_loop_accumulates_one():
     source = (FIXTURES / "distributed-sampler" / "summed_loss_noted.in.py").read_text()
     accumulating = source.replace(
