@@ -48,7 +48,7 @@ class RankDevice(Transform):
     CODE = "DDP005"
     NAME = "rank-device"
     DESCRIPTION = "Place model and batches on this process's device, not a hard-wired GPU."
-    TRIGGERS = ("cuda", "device", "CUDA_VISIBLE_DEVICES")
+    TRIGGERS = ("cuda", "device", "CUDA_VISIBLE_DEVICES", "local_rank", "local-rank")
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:
@@ -148,7 +148,39 @@ class RankDevice(Transform):
         if self.is_call(original_node, N.TORCH_DEVICE):
             return updated_node
         self._gpu_option(original_node)
+        if _local_rank_option(original_node):
+            return self._local_rank_default(original_node, updated_node)
         return self._device_args(original_node, updated_node)
+
+    def _local_rank_default(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``parser.add_argument("--local_rank", type=int, default=0)``: the deprecated
+        ``torch.distributed.launch`` passed it; torchrun sets ``LOCAL_RANK`` instead, so
+        it would stay at its default in every process.  The default reads the variable
+        (the option keeps working for launchers that pass it)."""
+        index = next(
+            (i for i, a in enumerate(updated.args) if a.keyword is not None and a.keyword.value == "default"), None
+        )
+        if index is None:
+            self.manual(
+                original,
+                "--local_rank comes from the deprecated torch.distributed.launch; torchrun sets "
+                "LOCAL_RANK in the environment instead: read it from there",
+            )
+            return updated
+        default = updated.args[index]
+        if "LOCAL_RANK" in self.module.code_for_node(default.value):
+            return updated
+        os_name = self.module_alias("os", "os")
+        old = self.module.code_for_node(default.value)
+        self.changed(
+            original,
+            "--local_rank defaults to LOCAL_RANK from the environment: torchrun sets the "
+            "variable, not the argument (torch.distributed.launch's)",
+        )
+        new_value = cst.parse_expression(f'int({os_name}.environ.get("LOCAL_RANK", {old}))')
+        args = list(updated.args)
+        args[index] = default.with_changes(value=new_value)
+        return updated.with_changes(args=args)
 
     def _gpu_option(self, call: cst.Call) -> None:
         """``parser.add_argument("--gpu-ids", ...)``: that option no longer picks GPUs."""
@@ -287,6 +319,14 @@ class RankDevice(Transform):
             self.changed(original_node, "dropped torch.cuda.set_device(): the setup sets LOCAL_RANK's GPU")
             return cst.RemoveFromParent()
         return updated_node
+
+
+def _local_rank_option(call: cst.Call) -> bool:
+    return (
+        m.matches(call.func, m.Attribute(attr=m.Name("add_argument")))
+        and bool(call.args)
+        and P.string_value(call.args[0].value) in ("--local_rank", "--local-rank")
+    )
 
 
 _GPU_OPTIONS = frozenset(

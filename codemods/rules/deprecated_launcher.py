@@ -12,7 +12,8 @@ from ._base import Diagnostic, Rule
 class DeprecatedLauncher(Rule):
     """
     ## What it does
-    Reports a `--local_rank` / `--local-rank` command-line argument and the
+    Reports a `--local_rank` / `--local-rank` command-line argument (unless its
+    default reads `LOCAL_RANK` from the environment, as `dp2ddp convert` makes it) and the
     `torch.distributed.launch` launcher named in code (e.g. in a command built
     by a script).
 
@@ -51,7 +52,9 @@ class DeprecatedLauncher(Rule):
             if isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument":
                 for arg in call.args:
                     if isinstance(arg, ast.Constant) and arg.value in ("--local_rank", "--local-rank"):
-                        yield self.diagnostic(src, call)
+                        default = next((k.value for k in call.keywords if k.arg == "default"), None)
+                        if default is None or "LOCAL_RANK" not in src.segment(default):
+                            yield self.diagnostic(src, call)
                         break
         for node in src.nodes:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "torch.distributed.launch" in node.value:
