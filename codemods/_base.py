@@ -717,6 +717,24 @@ class Transform(Codemod, cst.CSTTransformer):
             new[0] = new[0].with_changes(leading_lines=[*lead, *new[0].leading_lines])
         return cst.FlattenSentinel([*new, *nodes])
 
+    def ddp_module(self, module: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression:
+        """The module handed to DDP: with ``--sync-bn`` its BatchNorm layers become
+        SyncBatchNorm first (through a helper that keeps them on CPU).  Without
+        it, a file that builds BatchNorm layers gets a note at its first wrap."""
+        if not self.settings.sync_bn:
+            if not getattr(self, "_batchnorm_noted", False) and _BATCHNORM.search(self.module.code):
+                self._batchnorm_noted = True
+                self.note(
+                    at,
+                    "BatchNorm layers now normalise over each process's share of the batch "
+                    "(DataParallel did so per GPU; a one-device run used the whole batch): "
+                    "convert with --sync-bn for SyncBatchNorm over the global batch on GPUs",
+                    code="DDP001",
+                )
+            return module
+        name = self.helper("sync_batchnorm", SYNC_BATCHNORM.replace("torch.", f"{self.torch()}."))
+        return cst.Call(func=cst.Name(name), args=[cst.Arg(module)])
+
     def helper(self, preferred: str, code: str) -> str:
         """Name of a module-level helper function that dp2ddp adds once per file.
 
@@ -986,3 +1004,20 @@ def _binds_torch(stmt: cst.CSTNode) -> bool:
     return m.matches(stmt, m.SimpleStatementLine(body=[m.Import()])) and any(
         P.dotted_name(alias.name).split(".")[0] == "torch" for alias in stmt.body[0].names
     )
+
+
+#: a BatchNorm layer built in the file (nn.BatchNorm2d, BatchNorm1d(...), not SyncBatchNorm)
+_BATCHNORM = re.compile(r"(?<!Sync)\bBatchNorm[123]d\(")
+
+SYNC_BATCHNORM = '''
+def {name}(model):
+    """The model with SyncBatchNorm layers (added by dp2ddp --sync-bn).
+
+    Each BatchNorm layer normalises over the whole global batch instead of this
+    process's share.  SyncBatchNorm has no CPU kernel: on CPU (Gloo) the model
+    keeps its BatchNorm layers.
+    """
+    if torch.cuda.is_available():
+        return torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    return model
+'''.lstrip("\n")

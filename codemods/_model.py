@@ -21,7 +21,8 @@ class Settings:
     #: ``batch_size // world_size`` (the training math is kept).  "per-process":
     #: keep the number per process (global batch and learning rate change).
     batch_size: str = "global"
-    #: Convert BatchNorm to SyncBatchNorm before wrapping (GPU only).
+    #: Convert BatchNorm to SyncBatchNorm before wrapping (GPU only: the helper
+    #: ``sync_batchnorm`` keeps BatchNorm on CPU, where SyncBatchNorm has no kernel).
     sync_bn: bool = False
     #: Put ``# dp2ddp:`` marker comments at spots left for a human.
     markers: bool = True

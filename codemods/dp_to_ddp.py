@@ -223,7 +223,7 @@ class DataParallelToDDP(Transform):
             f"{ddp}(MODULE, device_ids=[{local_rank}] if {torch_name}.cuda.is_available() else None)"
         )
         assert isinstance(template, cst.Call)
-        args = [template.args[0].with_changes(value=module_arg), template.args[1]]
+        args = [template.args[0].with_changes(value=self.ddp_module(module_arg, original)), template.args[1]]
         for extra in keep:
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             args.append(extra.with_changes(comma=cst.MaybeSentinel.DEFAULT))

@@ -89,6 +89,7 @@ class WrapModel(Transform):
             return
         module_code = model if moved else f"{model}.to({device})"
         ddp = self.object_alias("torch.nn.parallel", "DistributedDataParallel", N.DDP)
+        module_code = self.module.code_for_node(self.ddp_module(cst.parse_expression(module_code), node))
         wrap = cst.parse_statement(
             f"{model} = {ddp}({module_code}, device_ids=[{local_rank}] if "
             f"{self.torch()}.cuda.is_available() else None)"

@@ -79,6 +79,12 @@ def cli() -> None:
     "batch_size // world_size (same training math). per-process: keep the number per "
     "process (global batch and learning rate change).",
 )
+@click.option(
+    "--sync-bn",
+    is_flag=True,
+    help="Convert the model's BatchNorm layers to SyncBatchNorm before the DDP wrap "
+    "(statistics over the global batch; GPU runs only, CPU keeps BatchNorm).",
+)
 @click.option("--no-markers", is_flag=True, help="Do not put '# dp2ddp:' comments at spots left for you.")
 @click.option("--nproc-per-node", default="gpu", show_default=True, help="Processes per machine in the printed torchrun line.")
 @click.option("--exclude", multiple=True, metavar="PATTERN", help="gitignore-style pattern of paths to skip (repeatable).")
@@ -100,6 +106,7 @@ def convert(
     check: bool,
     show_diff: Optional[bool],
     batch_size: str,
+    sync_bn: bool,
     no_markers: bool,
     nproc_per_node: str,
     exclude: List[str],
@@ -141,7 +148,7 @@ def convert(
     if run_verify and not write:
         raise click.UsageError("--verify runs the converted scripts: add --write")
     mode = "write" if write else "check" if check else None
-    settings = Settings(batch_size=batch_size, markers=not no_markers)
+    settings = Settings(batch_size=batch_size, sync_bn=sync_bn, markers=not no_markers)
     cache = None
     if not (no_cache or disabled_by_environment()):
         from dp2ddp.cache import ConvertCache, project_root

@@ -232,3 +232,24 @@ def test_an_entry_converted_without_its_modules_says_which_were_left_out(tmp_pat
     assert "which were not given" in alone.output and "data.py" in alone.output
     whole = run("convert", "--no-cache", ".", cwd=tmp_path)
     assert "which were not given" not in whole.output
+
+
+def test_sync_bn_option_converts_batchnorm_before_the_wrap_and_runs_on_cpu(tmp_path):
+    """--sync-bn hands DDP the model through the sync_batchnorm helper (which keeps
+    BatchNorm on CPU, where SyncBatchNorm has no kernel); without it, a note."""
+    from conftest import run_script
+
+    source = (FIXTURES / "wrap-model" / "sync_batchnorm_option.in.py").read_text()
+    script = tmp_path / "work" / "train.py"
+    script.parent.mkdir()
+    script.write_text(source)
+    runner = CliRunner()
+    plain = runner.invoke(cli, ["convert", str(script)], catch_exceptions=False)
+    assert "sync_batchnorm" not in plain.output and "--sync-bn for SyncBatchNorm" in plain.output
+    result = runner.invoke(cli, ["convert", "--sync-bn", "--write", "-q", str(script)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    converted = script.read_text()
+    assert "DistributedDataParallel(\n        sync_batchnorm(model)," in converted
+    run = run_script(script.parent, "train.py", [], distributed=True)
+    assert run.returncode == 0, run.output
+    assert run.output.count("trained") == 1, run.output  # rank 0 prints

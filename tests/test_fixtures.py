@@ -3,7 +3,7 @@
 ``fixtures/<transform>/<case>.in.py`` is converted on its own (a one-file
 program) and must equal ``<case>.out.py``; a case without ``.out.py`` must stay
 byte-for-byte unchanged.  A first line ``# fixture: key=value, ...`` sets
-options (``batch_size=per-process``) and the expected manual spots
+options (``batch_size=per-process``, ``sync_bn=true``) and the expected manual spots
 (``manual=DDP102``).  Every output must also be a fixed point: converting it
 again changes nothing.
 """
@@ -31,7 +31,7 @@ def _options(source: str) -> Dict[str, str]:
 
 
 def _convert(source: bytes, options: Dict[str, str]):
-    settings = Settings(batch_size=options.get("batch_size", "global"))
+    settings = Settings(batch_size=options.get("batch_size", "global"), sync_bn=options.get("sync_bn") == "true")
     result = convert_sources({"script.py": source}, settings)
     (file,) = result.files
     assert file.error is None, file.error
