@@ -20,6 +20,7 @@ def _transforms() -> Tuple[type, ...]:
     from .sampler import DistributedSamplerTransform
     from .save_on_main import SaveOnMainProcess
     from .set_epoch import SetEpoch
+    from .unused_parameters import UnusedParameters
     from .wrap_model import WrapModel
 
     # Order matters: devices first (later transforms reuse `device`), then the
@@ -28,6 +29,7 @@ def _transforms() -> Tuple[type, ...]:
         RankDevice,
         DataParallelToDDP,
         WrapModel,
+        UnusedParameters,
         ModuleAccess,
         DistributedSamplerTransform,
         SetEpoch,

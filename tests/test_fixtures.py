@@ -242,3 +242,13 @@ def test_a_saver_of_another_module_is_noted_once_and_torch_save_is_not():
     file = _convert(source, {})
     notes = [f for f in file.findings if "(not in this file)" in f.message]
     assert [(n.line, n.code) for n in notes] == [(20, "DDP303")]
+
+
+def test_layers_forward_calls_only_under_a_condition_are_noted():
+    """``# note: DDP204`` marks the lines that get the unused-parameters note."""
+    case = FIXTURES / "unused-parameters" / "conditional_layers_noted.in.py"
+    source = case.read_text()
+    expected = [n for n, line in enumerate(source.splitlines(), 1) if "# note: DDP204" in line]
+    file = _convert(source.encode(), {})
+    got = sorted(f.line for f in file.findings if f.kind == "note" and f.code == "DDP204")
+    assert got == expected

@@ -1,0 +1,150 @@
+"""DDP204 unused-parameters: a submodule that ``forward`` calls only under a condition.
+
+DataParallel does not mind parameters that get no gradient in a step.  DDP does:
+its reducer waits for a gradient of every parameter, and the step after one in
+which a submodule went unused stops with "Expected to have finished reduction in
+the prior iteration before starting a new one".  A model whose ``forward`` calls
+a layer only in one branch::
+
+    def forward(self, x, use_aux=False):
+        h = self.body(x)
+        if use_aux:
+            return self.head(h) + self.aux_head(h)
+        return self.head(h)
+
+gets a note at that call: if the branch can be skipped in a training step, pass
+``find_unused_parameters=True`` to ``DistributedDataParallel`` (a graph walk per
+step) or freeze the layer.  Nothing is rewritten: only the author knows whether
+the branch is taken.  Layers without parameters (dropout, activations, pooling)
+and ``if self.training:`` branches (always taken while training) are not noted.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator, List, Set, Tuple
+
+import libcst as cst
+
+from ._base import FileRole, Transform
+
+
+class UnusedParameters(Transform):
+    CODE = "DDP204"
+    NAME = "unused-parameters"
+    DESCRIPTION = "Note layers that forward() uses only under a condition (DDP needs find_unused_parameters)."
+    TRIGGERS = ("def forward",)
+
+    @classmethod
+    def applies_to(cls, role: FileRole) -> bool:
+        return role.in_program and not role.already_distributed
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        for cls_name, attr, call in conditional_layers(self.ast_source.tree):
+            stmt = self.statement_at(call.lineno)
+            if stmt is None:
+                continue
+            self.note(
+                stmt,
+                f"{cls_name}.forward calls self.{attr} only under a condition: under DDP a training "
+                f"step that skips it stops the next one (\"Expected to have finished reduction\"); "
+                f"if it can be skipped, pass find_unused_parameters=True to DistributedDataParallel "
+                f"(a graph walk per step) or freeze it",
+            )
+        return False  # notes only: no need to walk the tree
+
+
+#: layers without parameters: a step that skips them leaves no gradient missing
+_PARAMETER_FREE = frozenset({
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Identity", "Flatten", "Unflatten",
+    "ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "Mish", "ELU", "SELU", "CELU", "Sigmoid", "Tanh",
+    "Hardswish", "Hardsigmoid", "Hardtanh", "Softmax", "LogSoftmax", "Softplus",
+    "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+    "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle",
+})
+
+
+def conditional_layers(tree: ast.Module) -> Iterator[Tuple[str, str, ast.Call]]:
+    """(class, attribute, first call) for each layer of a class of the file that
+    its ``forward`` calls, but not on every path through it (one branch of an
+    ``if``, a conditional expression, the right of ``and``/``or``) -- a layer with
+    parameters, built in ``__init__``."""
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        methods = {f.name: f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        forward, init = methods.get("forward"), methods.get("__init__")
+        if forward is None or init is None:
+            continue
+        layers = _layers(init)
+        always = _always(forward.body)
+        seen: Set[str] = set()
+        for call in _self_calls(forward):
+            attr = call.func.attr  # type: ignore[attr-defined]
+            if attr in layers and attr not in always and attr not in seen:
+                seen.add(attr)
+                yield cls.name, attr, call
+
+
+def _layers(init: ast.AST) -> Set[str]:
+    """``self.x = nn.Linear(...)`` in ``__init__``: x, for a layer that may have parameters."""
+    found = set()
+    for node in ast.walk(init):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if not name or name in _PARAMETER_FREE or not name[:1].isupper():
+                continue  # a function's result (a tensor, a list): not a layer
+            for target in node.targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                    found.add(target.attr)
+    return found
+
+
+def _self_call(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            return func.attr
+    return ""
+
+
+def _self_calls(forward: ast.AST) -> List[ast.Call]:
+    calls = [n for n in ast.walk(forward) if _self_call(n)]
+    return sorted(calls, key=lambda c: (c.lineno, c.col_offset))
+
+
+def _always(body) -> Set[str]:
+    """The layers (``self.x(...)``) called on every path through these statements
+    (loops count as run; an early ``return`` is not followed)."""
+    found: Set[str] = set()
+    for stmt in body if isinstance(body, list) else [body]:
+        found |= _always_in(stmt)
+    return found
+
+
+def _always_in(node: ast.AST) -> Set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        return set()  # a nested function runs who knows when
+    if isinstance(node, (ast.If, ast.IfExp)):
+        training = _training_test(node.test)
+        body, orelse = _always(node.body), _always(node.orelse) if node.orelse else set()
+        taken = body if training is True else orelse if training is False else body & orelse
+        return _always_in(node.test) | taken
+    if isinstance(node, ast.BoolOp):
+        return _always_in(node.values[0])
+    found = {_self_call(node)} - {""}
+    for child in ast.iter_child_nodes(node):
+        found |= _always_in(child)
+    return found
+
+
+def _training_test(test: ast.AST):
+    """True for ``self.training`` (its body always runs in a training step), False
+    for ``not self.training`` (its ``else`` always runs), None otherwise."""
+    if isinstance(test, ast.Attribute) and test.attr == "training" and isinstance(test.value, ast.Name) and test.value.id == "self":
+        return True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _training_test(test.operand)
+        return None if inner is None else not inner
+    return None
