@@ -777,7 +777,7 @@ def accumulates_metrics(src: Source) -> Optional[bool]:
         if loop is None:
             continue
         found = False
-        for node in ast.walk(loop):
+        for node in _walk_training(loop):
             if isinstance(node, ast.AugAssign) or (
                 isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("update", "append", "add_")
@@ -785,6 +785,26 @@ def accumulates_metrics(src: Source) -> Optional[bool]:
                 if calls_method(node, "item") or _METRIC.search(" ".join(_names(node))):
                     return True
     return found
+
+
+def _walk_training(loop: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a training loop, without the evaluation nested in it (a loop
+    over a validation loader, a ``with torch.no_grad():`` block): its sums cover
+    the whole, unsharded evaluation set."""
+    todo = [loop]
+    while todo:
+        node = todo.pop()
+        if node is not loop:
+            if isinstance(node, ast.For) and any(is_eval_name(dotted(i).rsplit(".", 1)[-1]) for i in iterated(node.iter)):
+                continue
+            if isinstance(node, ast.With) and any(
+                isinstance(item.context_expr, ast.Call)
+                and last_name(item.context_expr.func) in ("no_grad", "inference_mode")
+                for item in node.items
+            ):
+                continue
+        yield node
+        todo.extend(ast.iter_child_nodes(node))
 
 
 def iterable_dataset(src: Source, dataset: Optional[ast.AST]) -> bool:

@@ -157,7 +157,14 @@ def test_the_shard_metrics_note_only_where_a_training_loop_accumulates_one():
     accumulating = source.replace(
         "            optimizer.step()\n", "            optimizer.step()\n            running_loss += loss.item()\n"
     )
-    for text, noted in ((source, False), (accumulating, True)):
+    # validation every N steps, nested in the training loop: over the whole, unsharded set
+    validating = source.replace(
+        "            optimizer.step()\n",
+        "            optimizer.step()\n            correct = 0\n            with torch.no_grad():\n"
+        "                for vx, vy in val_loader:\n                    correct += (model(vx) == vy).sum().item()\n",
+    )
+    assert validating != source
+    for text, noted in ((source, False), (accumulating, True), (validating, False)):
         file = _convert(text.encode(), {})
         notes = [f for f in file.findings if "cover each rank's shard" in f.message]
         assert bool(notes) == noted, notes
