@@ -302,6 +302,7 @@ class DistributedSamplerTransform(Transform):
                 value = cst.parse_expression(f"{self._batch_helper()}({batch})")
                 new_args.append(arg.with_changes(value=value))
                 self._watch_batch_uses(original, orig_arg.value)
+                self._note_indivisible(orig_arg.value)
                 continue
             if orig_arg.star == "**":
                 overrides = []
@@ -350,6 +351,24 @@ class DistributedSamplerTransform(Transform):
             self._note_summed_loss()
             self._note_in_batch_comparison()
         return updated.with_changes(args=new_args)
+
+    def _note_indivisible(self, batch: cst.BaseExpression) -> None:
+        """A literal batch size that 2, 4 or 8 processes cannot share: said now,
+        not only by ``per_rank_batch_size``'s error at run time."""
+        if not isinstance(batch, cst.Integer):
+            return
+        size = int(batch.evaluated_value)
+        fails = [n for n in (2, 4, 8) if size % n]
+        if not fails or size <= 0:
+            return
+        works = [n for n in range(1, 9) if size % n == 0]
+        self.note(
+            batch,
+            f"batch size {size} is the global batch: it divides among {', '.join(map(str, works))} "
+            f"processes, not {', '.join(map(str, fails))} (per_rank_batch_size raises then); "
+            "choose a multiple of the process count",
+            code="DDP103",
+        )
 
     def _note_in_batch_comparison(self) -> None:
         """InfoNCE/SimCLR/CLIP: each sample's negatives are the rest of the batch,

@@ -259,3 +259,15 @@ def test_layers_forward_calls_only_under_a_condition_are_noted():
     file = _convert(source.encode(), {})
     got = sorted(f.line for f in file.findings if f.kind == "note" and f.code == "DDP204")
     assert got == expected
+
+
+@pytest.mark.parametrize("size, noted", [(15, "not 2, 4, 8"), (12, "not 8"), (64, None)])
+def test_a_literal_batch_size_processes_cannot_share_is_noted(size, noted):
+    source = (FIXTURES / "distributed-sampler" / "summed_loss_noted.in.py").read_text()
+    source = source.replace("batch_size=128", f"batch_size={size}")
+    file = _convert(source.encode(), {})
+    notes = [f.message for f in file.findings if "is the global batch" in f.message]
+    if noted is None:
+        assert notes == []
+    else:
+        assert len(notes) == 1 and noted in notes[0], notes
