@@ -92,6 +92,43 @@ def test_correct_script_passes_every_check(workdir):
     assert sorted(os.listdir(workdir)) == ["checkpoint.pt"]
 
 
+def test_writes_through_the_scratch_folders_links_never_reach_the_users_files(workdir):
+    """Large files and folders are linked into the scratch folder: a write there
+    first turns the links on its way into scratch copies (copy on write)."""
+    big = workdir / "checkpoint.pt"
+    with open(big, "wb") as handle:
+        handle.truncate(17 * 1024 * 1024)  # over the copy limit: linked
+    (workdir / "ckpts").mkdir()
+    (workdir / "ckpts" / "checkpoint.pt").write_bytes(b"mine")
+    (workdir / "ckpts" / "other.txt").write_bytes(b"kept")
+    for target in ("checkpoint.pt", "ckpts/checkpoint.pt"):
+        from dp2ddp.verify import VerifyOptions, verify
+
+        report = verify(VerifyOptions(script=str(SCRIPT), args=["--save-to", target], timeout=30.0))
+        assert report.ok, [c.to_dict() for c in report.checks if c.status == "fail"]
+        assert f"{target} (rank 0)" in by_name(report)["single-writer"].message
+    assert big.stat().st_size == 17 * 1024 * 1024
+    assert (workdir / "ckpts" / "checkpoint.pt").read_bytes() == b"mine"
+    assert sorted(os.listdir(workdir / "ckpts")) == ["checkpoint.pt", "other.txt"]
+
+
+def test_private_copy_keeps_a_linked_file_that_is_appended_to(tmp_path):
+    from dp2ddp.verify.harness import private_copy
+
+    user, scratch = tmp_path / "user", tmp_path / "scratch"
+    (user / "logs").mkdir(parents=True)
+    (user / "logs" / "train.log").write_text("old\n")
+    scratch.mkdir()
+    os.symlink(user / "logs", scratch / "logs")
+    path = str(scratch / "logs" / "train.log")
+    private_copy(path, str(scratch), keep=True)
+    with open(path, "a") as handle:
+        handle.write("new\n")
+    assert (scratch / "logs" / "train.log").read_text() == "old\nnew\n"
+    assert (user / "logs" / "train.log").read_text() == "old\n"
+    assert not os.path.islink(scratch / "logs") and os.path.islink(scratch / "logs" / "train.log") is False
+
+
 def test_a_script_that_never_trains_is_not_verified(workdir):
     from dp2ddp.verify import VerifyOptions, text, verify
 

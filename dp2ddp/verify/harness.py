@@ -32,6 +32,7 @@ import json
 import os
 import re
 import runpy
+import shutil
 import signal
 import sys
 import time
@@ -342,10 +343,16 @@ class Harness:
         global _REAL_SAVE
         _REAL_SAVE = torch.save
 
+        scratch = os.getcwd()
+        if not scratch.startswith(os.path.abspath(self.directory) + os.sep):
+            scratch = None  # --workdir: the user chose where the script writes
+
         def save(obj, f, *args, **kwargs):
             path = _path_of(f)
             if path is not None:
                 harness.wrote(path, "torch.save")
+                if scratch and isinstance(f, (str, bytes, os.PathLike)):
+                    private_copy(path, scratch, keep=False)
             return _REAL_SAVE(obj, f, *args, **kwargs)
 
         def open_(file, mode="r", *args, **kwargs):
@@ -353,6 +360,8 @@ class Harness:
                 path = _path_of(file)
                 if path is not None:
                     harness.wrote(path, "open")
+                    if scratch and not isinstance(file, int):
+                        private_copy(path, scratch, keep="a" in mode or "+" in mode)
             return real_open(file, mode, *args, **kwargs)
 
         torch.save = save
@@ -534,6 +543,64 @@ class _RecordingIter:
 
 
 _REAL_SAVE = None
+
+
+def private_copy(path: str, scratch: str, keep: bool) -> None:
+    """Copy on write: ``path`` lies in the scratch folder, which links the user's
+    folders and large files; before the script writes there, every linked folder
+    on the way becomes a folder of the scratch (of links to its entries) and a
+    linked file is replaced by a copy (``keep``: appended to, or updated) or
+    removed -- so the write lands in the scratch, never on the user's file, and
+    what the script reads back is what it wrote.  Ranks may race on the same
+    folder: whoever loses finds the scratch folder already made."""
+    if not path.startswith(scratch + os.sep):
+        return
+    real_scratch = os.path.realpath(scratch)
+
+    def linked_out(node: str) -> bool:
+        if not os.path.islink(node):
+            return False
+        real = os.path.realpath(node)
+        return not (real == real_scratch or real.startswith(real_scratch + os.sep))
+
+    parts = os.path.relpath(path, scratch).split(os.sep)
+    current = scratch
+    try:
+        for part in parts[:-1]:
+            current = os.path.join(current, part)
+            if linked_out(current) and os.path.isdir(current):
+                _own_folder(current)
+        if linked_out(path):
+            target = os.path.realpath(path)
+            temporary = f"{path}.dp2ddp-{os.getpid()}"
+            if keep and os.path.isfile(target):
+                shutil.copy2(target, temporary)
+                os.replace(temporary, path)  # (replaces the link itself, not its target)
+            else:
+                os.unlink(path)
+    except FileNotFoundError:
+        pass  # another rank did it first
+
+
+def _own_folder(link: str) -> None:
+    """Replace the link to a folder by a scratch folder of links to its entries."""
+    target = os.path.realpath(link)
+    temporary = f"{link}.dp2ddp-{os.getpid()}"
+    os.mkdir(temporary)
+    for entry in os.scandir(target):
+        os.symlink(entry.path, os.path.join(temporary, entry.name))
+    try:
+        os.unlink(link)
+    except FileNotFoundError:
+        pass
+    try:
+        os.rename(temporary, link)
+    except OSError:  # another rank made it first
+        shutil.rmtree(temporary, ignore_errors=True)
+        for _ in range(100):
+            if os.path.isdir(link) and not os.path.islink(link):
+                break
+            time.sleep(0.01)
 
 
 def _path_of(f) -> Optional[str]:
