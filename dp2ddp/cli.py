@@ -43,7 +43,10 @@ def _internal_errors(func):
             os.dup2(devnull, sys.stdout.fileno())
             sys.exit(EXIT_BROKEN_PIPE)
         except KeyboardInterrupt:
-            click.echo("dp2ddp: interrupted; every file is either as it was or fully written", err=True)
+            if func.__name__ == "verify":
+                click.echo("dp2ddp: interrupted; the run's processes were stopped", err=True)
+            else:
+                click.echo("dp2ddp: interrupted; every file is either as it was or fully written", err=True)
             sys.exit(130)
         except Exception as exc:  # a bug in dp2ddp
             click.echo(

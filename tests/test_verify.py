@@ -318,3 +318,36 @@ def test_a_package_entry_point_with_relative_imports_runs_as_a_module(workdir):
     crashed = by_name(report)["no-crash"]
     assert crashed.status == "pass", crashed.to_dict()
     assert report.ok, [c.to_dict() for c in report.checks if c.status == "fail"]
+
+
+def test_sigterm_stops_the_ranks_and_removes_the_run_folder(tmp_path):
+    """``timeout``, a CI cancel or ``kill`` send SIGTERM: the ranks (each in its own
+    session) must not outlive the coordinator, nor its scratch folder."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dp2ddp", "verify", "--max-steps", "1000000", "--epoch-batches", "1000000",
+         str(SCRIPT), "--", "--epochs", "1000000"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    pids = []
+    deadline = time.time() + 60
+    while len(pids) < 2 and time.time() < deadline:
+        pids = []
+        for record in temp.glob("dp2ddp-verify-*/rank*.jsonl"):
+            lines = record.read_text().splitlines()
+            if lines:
+                pids.append(json.loads(lines[0])["pid"])
+        time.sleep(0.2)
+    assert len(pids) == 2, proc.communicate(timeout=30)[0]
+    time.sleep(1.0)
+    proc.send_signal(15)
+    output = proc.communicate(timeout=30)[0].decode()
+    assert proc.returncode == 130, output
+    assert "interrupted" in output
+    deadline = time.time() + 5
+    while any(_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids if _alive(p)]
+    assert list(temp.glob("dp2ddp-verify-*")) == []

@@ -132,11 +132,17 @@ def verify(options: VerifyOptions) -> VerifyReport:
         launcher = "torchrun" if options.nnodes > 1 or not hasattr(os, "fork") else "fork"
     world = options.nproc_per_node * options.nnodes
     try:
-        if launcher == "fork":
-            launched = launch.fork_ranks(run_dir, options, cwd)
-        else:
-            launched = launch.torchrun_nodes(run_dir, options, cwd)
-        launched = launch.watch(run_dir, launched, options, started)
+        launched = launch.Launched()
+        try:
+            with launch.terminate_as_interrupt():
+                if launcher == "fork":
+                    launch.fork_ranks(run_dir, options, cwd, launched)
+                else:
+                    launch.torchrun_nodes(run_dir, options, cwd, launched)
+                launched = launch.watch(run_dir, launched, options, started)
+        except BaseException:  # Ctrl-C, SIGTERM: no rank outlives the coordinator
+            launch.stop(launched, run_dir)
+            raise
         records = Records.load(run_dir)
         checks = evaluate(records, world, launched, options)
         notes = sorted({e["text"] for events in records.ranks.values() for e in events if e.get("event") == "note"})

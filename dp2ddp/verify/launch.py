@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import signal
+from contextlib import contextmanager
 import socket
 import subprocess
 import sys
@@ -69,15 +70,16 @@ def _env(directory: str, options) -> Dict[str, str]:
     return env
 
 
-def fork_ranks(directory: str, options, cwd: str) -> Launched:
-    """One machine: fork ``nproc`` ranks from this (torch-importing) process."""
+def fork_ranks(directory: str, options, cwd: str, launched: Optional[Launched] = None) -> Launched:
+    """One machine: fork ``nproc`` ranks from this (torch-importing) process.
+    ``launched`` gets each process as it starts (stopped if this is interrupted)."""
     import torch  # noqa: F401  - imported once, before forking
     import torch.distributed as dist
 
     nproc = options.nproc_per_node
     base_env = _env(directory, options)
     run_id = uuid.uuid4().hex[:8]
-    launched = Launched()
+    launched = launched if launched is not None else Launched()
     pipes = []
     sys.stdout.flush()
     sys.stderr.flush()
@@ -139,11 +141,11 @@ def fork_ranks(directory: str, options, cwd: str) -> Launched:
     return launched
 
 
-def torchrun_nodes(directory: str, options, cwd: str) -> Launched:
+def torchrun_nodes(directory: str, options, cwd: str, launched: Optional[Launched] = None) -> Launched:
     """``nnodes`` torchrun agents on this machine, c10d rendezvous on 127.0.0.1."""
     env = dict(os.environ)
     env.update(_env(directory, options))
-    launched = Launched()
+    launched = launched if launched is not None else Launched()
     port = free_port()
     run_id = f"verify-{uuid.uuid4().hex[:8]}"
     for node in range(options.nnodes):
@@ -269,6 +271,25 @@ def _dump_stacks(directory: str) -> None:
             except ProcessLookupError:
                 pass
     time.sleep(1.0)
+
+
+@contextmanager
+def terminate_as_interrupt():
+    """SIGTERM (``timeout``, a CI cancel, ``kill``) raises KeyboardInterrupt in the
+    coordinator, like Ctrl-C, so that it stops the ranks it started (each leads its
+    own session: nothing else reaches them) and removes its scratch folder."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def stop(launched: Launched, directory: str) -> None:
