@@ -60,6 +60,13 @@ def _internal_errors(func):
     return wrapper
 
 
+def _nproc(value: str) -> str:
+    """torchrun's --nproc_per_node: a positive number, or gpu, cpu, auto, xpu."""
+    if value in ("gpu", "cpu", "auto", "xpu") or (value.isdigit() and int(value) > 0):
+        return value
+    raise click.BadParameter(f"{value!r}: give a positive number or one of gpu, cpu, auto, xpu")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="dp2ddp")
 def cli() -> None:
@@ -89,7 +96,11 @@ def cli() -> None:
     "(statistics over the global batch; GPU runs only, CPU keeps BatchNorm).",
 )
 @click.option("--no-markers", is_flag=True, help="Do not put '# dp2ddp:' comments at spots left for you.")
-@click.option("--nproc-per-node", default="gpu", show_default=True, help="Processes per machine in the printed torchrun line.")
+@click.option(
+    "--nproc-per-node", default="gpu", show_default=True, callback=lambda ctx, param, value: _nproc(value),
+    help="Processes per machine in the printed torchrun line and the launch files: a number, "
+    "or gpu/cpu/auto as torchrun takes it.",
+)
 @click.option("--exclude", multiple=True, metavar="PATTERN", help="gitignore-style pattern of paths to skip (repeatable).")
 @click.option("--include", multiple=True, metavar="PATTERN", help="Only take files matching these patterns.")
 @click.option("--color/--no-color", default=None, help="Colour the diff (default: when stdout is a terminal and NO_COLOR is unset).")
@@ -202,9 +213,18 @@ def convert(
     if launch_dir is not None:
         from dp2ddp import migration
 
-        # the entry points converted now, or by an earlier run
-        entries = [f.path for f in result.entries if f.changed or f.role.already_distributed]
-        for path in migration.emit_launch(launch_dir, entries):
+        # the entry points converted now (written), or by an earlier run
+        written_paths = {f.path for f in written}
+        entries = [
+            f.path for f in result.entries
+            if (f.changed and f.path in written_paths) or (not f.changed and f.role.already_distributed)
+        ]
+        for file in result.entries:
+            if file.changed and file.path not in entries:
+                click.echo(
+                    f"{file.path}: no launch files: it is not converted yet (add --write)", err=True
+                )
+        for path in migration.emit_launch(launch_dir, entries, nproc_per_node):
             if not quiet:
                 click.echo(f"launch file written: {path}", err=True)
     if not quiet:

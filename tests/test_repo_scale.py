@@ -81,7 +81,7 @@ def test_emitted_launch_files_run_the_converted_script(project, tmp_path):
     slurm = (launch / "train.slurm").read_text()
     assert "#SBATCH --ntasks-per-node=1" in slurm and "srun torchrun" in slurm
     # sbatch runs a spooled copy: the entry is named by its absolute path
-    assert f'"${{SCRIPT:-{(project / "train.py").resolve()}}}"' in slurm or str(project / "train.py") in slurm
+    assert '"${SCRIPT:-$SCRIPT_DEFAULT}"' in slurm and str(project / "train.py") in slurm
     env = script_env(tmp_path)
     env["NPROC_PER_NODE"] = "2"
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
@@ -556,7 +556,7 @@ def test_a_package_entry_with_relative_imports_is_launched_as_a_module(tmp_path)
     assert line.endswith("torchrun --standalone --nproc_per_node=2 -m mypkg.main") and line.startswith("cd ")
     written = emit_launch(tmp_path / "launch", [str(package / "main.py")])
     single = next(p for p in written if p.name == "main_torchrun.sh").read_text()
-    assert 'cd "$(dirname "$0")/../proj"' in single and "-m mypkg.main" in single
+    assert 'cd "$(dirname "$0")"/../proj' in single and "-m mypkg.main" in single
 
 
 def test_check_with_emit_launch_is_a_usage_error(tmp_path):
@@ -646,3 +646,37 @@ def test_imports_resolve_through_folders_put_on_sys_path(setup):
     engine = next(f for f in result.files if f.path == "tools/lib/engine.py")
     assert engine.role is not None and engine.role.in_program
     assert engine.output is not None and b"get_rank() == 0" in engine.output  # its save: rank 0 only
+
+
+def test_launch_files_quote_paths_and_take_nproc(tmp_path):
+    """A project folder named with quotes, $ and backticks stays a name in the
+    launch files; --nproc-per-node is their default; without --write (nothing
+    converted yet) none are written."""
+    from dp2ddp.migration import emit_launch
+
+    project = tmp_path / "it's $HOME `x` proj"
+    project.mkdir()
+    entry = project / "train.py"
+    shutil.copy(DP, entry)
+    result = invoke("convert", "--emit-launch", tmp_path / "early", entry)
+    assert "not converted yet (add --write)" in result.output and not (tmp_path / "early").exists()
+    written = emit_launch(project / "launch", [str(entry)], nproc="4")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name in ("torchrun", "srun"):  # print the arguments, one per line
+        (fake / name).write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+        (fake / name).chmod(0o755)
+    (fake / "scontrol").write_text("#!/bin/sh\necho node0\n")
+    (fake / "scontrol").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "RDZV_HOST": "node0",
+           "SLURM_JOB_NODELIST": "node0", "SLURM_NNODES": "1", "SLURM_JOB_ID": "7"}
+    for path in written:
+        subprocess.run(["bash", "-n", str(path)], check=True)
+        run = subprocess.run(["bash", str(path), "--epochs", "1"], env=env, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        args = run.stdout.splitlines()
+        target = args[-3]  # ... SCRIPT --epochs 1 (srun prints "torchrun" first)
+        assert os.path.realpath(target) == os.path.realpath(entry), args
+        assert args[-2:] == ["--epochs", "1"]
+        if not path.name.endswith(".slurm"):
+            assert "--nproc_per_node=4" in args, args
