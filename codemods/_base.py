@@ -150,6 +150,13 @@ class Transform(Codemod, cst.CSTTransformer):
         self._aliases: Dict[tuple, str] = {}
         self._helpers: Dict[str, str] = {}
 
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        """dp2ddp's own helpers (``init_distributed``, ``per_rank_batch_size``, added
+        by an earlier run) are never converted again."""
+        if isinstance(node, cst.FunctionDef) and "(added by dp2ddp)" in (node.get_docstring() or ""):
+            return False
+        return super().on_visit(node)
+
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:
         """Whether this transform runs on a file with this role at all."""

@@ -135,6 +135,8 @@ def collect_facts(src: Source) -> FileFacts:
             facts.has_data_parallel = True
         if name in N.DATA_LOADER:
             facts.has_data_loader = True
+        if name in N.INIT_PROCESS_GROUP and _in_dp2ddp_helper(src, call) and not _helper_called(src, call):
+            continue  # dp2ddp's setup helper, never called (a review that quit early): no setup
         if name in N.INIT_PROCESS_GROUP or name in N.DDP or name in N.SPAWN:
             facts.already_distributed = True
         if name in N.INIT_PROCESS_GROUP or name in N.SPAWN:
@@ -235,6 +237,13 @@ def _in_dp2ddp_helper(src: Source, node: ast.AST) -> bool:
     func = src.function_of(node)
     doc = ast.get_docstring(func) if func is not None else None
     return bool(doc) and "(added by dp2ddp)" in doc
+
+
+def _helper_called(src: Source, node: ast.AST) -> bool:
+    """The function holding ``node`` is called somewhere in the file."""
+    func = src.function_of(node)
+    name = getattr(func, "name", None)
+    return any(isinstance(call.func, ast.Name) and call.func.id == name for call in src.calls)
 
 
 def _top_level_owner(src: Source, node: ast.AST):

@@ -65,6 +65,12 @@ class ProcessGroupSetup(Transform):
         self._done = False
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._reuse = False
+        for stmt in node.body:
+            if _is_our_helper(stmt) and "init_process_group" in cst.Module(body=[stmt]).code:
+                # added by an earlier run whose call was not kept (a review that quit early)
+                self._helper, self._reuse = stmt.name.value, True
+                return
         for candidate in ("init_distributed", "setup_distributed", "dp2ddp_init_distributed"):
             if self._free_global(candidate):
                 self._helper = candidate
@@ -114,17 +120,17 @@ class ProcessGroupSetup(Transform):
         at = header_end(body)
         while at < len(body) and _is_our_helper(body[at]):
             at += 1  # after the other helpers dp2ddp added
-        helper = self._helper_def().with_changes(leading_lines=_blank(2))
+        helper = [] if self._reuse else [self._helper_def().with_changes(leading_lines=_blank(2))]
         if self.role.entry_kind == "module":
             names = self._names()
             call = self._stmt(f"{names['name']}()").with_changes(leading_lines=_blank(2))
             destroy = self._stmt(f"{names['dist']}.destroy_process_group()")
             self.changed(original_node, "join the process group after the imports (nccl on GPU, gloo on CPU)")
             self.changed(original_node, "destroy the process group at the end", code="DDP008")
-            new = [helper, call]
+            new = [*helper, call]
             tail = [destroy]
         elif self._done:
-            new = [helper]
+            new = helper
             tail = []
         else:
             return updated_node

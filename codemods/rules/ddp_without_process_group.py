@@ -55,14 +55,29 @@ class DDPWithoutProcessGroup(Rule):
         first = None
         for call in src.calls:
             name = src.qualname(call.func)
-            if name in N.INIT_PROCESS_GROUP or name in N.SPAWN:
+            if name in N.SPAWN or name in N.INIT_PROCESS_GROUP and _reached(src, call):
                 return
-            if _SETUP_HELPER.search(name.rsplit(".", 1)[-1]):
+            if name not in N.INIT_PROCESS_GROUP and _SETUP_HELPER.search(name.rsplit(".", 1)[-1]):
                 return
             if first is None and (name in N.DDP or is_collective(src, call)):
                 first = call
         if first is not None:
             yield self.diagnostic(src, first)
+
+
+def _reached(src: Source, call: ast.Call) -> bool:
+    """The set-up is not in a function this file never names (a helper left
+    uncalled; one handed to ``mp.spawn`` or called by the caller counts)."""
+    func = src.function_of(call)
+    while func is not None and src.function_of(func) is not None:
+        func = src.function_of(func)  # the outermost function
+    if func is None or not hasattr(func, "name"):
+        return True
+    name = func.name
+    return any(
+        isinstance(node, ast.Name) and node.id == name or isinstance(node, ast.Attribute) and node.attr == name
+        for node in src.nodes
+    )
 
 
 def _is_entry(src: Source) -> bool:
