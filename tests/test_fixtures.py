@@ -82,6 +82,7 @@ def test_a_wrap_left_for_a_human_is_finished_by_converting_again():
     fixed = fixed.replace("import os\n", "import os\nimport torch.distributed as dist\n", 1)
     fixed = fixed.replace("def fit(", 'def init_distributed():\n    """Join (added by dp2ddp)."""\n'
                           '    dist.init_process_group("gloo")\n\n\ndef fit(', 1)
+    fixed += '\n\nif __name__ == "__main__":\n    init_distributed()\n'
     file = _convert(fixed.encode(), {})
     assert file.role.already_distributed and file.role.set_up_by_dp2ddp
     assert file.output is not None
