@@ -380,7 +380,40 @@ def fix_sources(
         if path in results or "*" in names:
             continue
         results[path] = apply_transforms(path, sources[path], names)
+    for path, file in list(results.items()):
+        results[path] = _respect_noqa(file)
     return results
+
+
+def _respect_noqa(file):
+    """The fix without the changes a ``# noqa`` suppresses: a hunk that touches a
+    line whose noqa names one of the hunk's codes (or is bare) is left out -- and
+    the whole file is left unfixed when what remains would be inconsistent (the
+    review's test: a sampler without its process group, a name only a rejected
+    change defines)."""
+    import dataclasses
+
+    from dp2ddp import review
+
+    if file.error is not None or not file.changed or b"noqa" not in file.source:
+        return file
+    comments = _noqa_comments(Source(file.path, decode(file.source)))
+    if not comments:
+        return file
+    hunks = review.hunks_of(file)
+    held = False
+    for hunk in hunks:
+        touched = range(hunk.start + 1, max(hunk.end, hunk.start + 1) + 1)
+        hunk.accepted = not any(
+            line in comments and (comments[line][0] is None or comments[line][0] & hunk.codes)
+            for line in touched
+        )
+        held |= not hunk.accepted
+    if not held:
+        return file
+    if review.check_selection({file.path: (file, hunks)}) or not any(h.accepted for h in hunks):
+        return dataclasses.replace(file, output=file.source)
+    return dataclasses.replace(file, output=review._encode(file, review.apply(file, hunks)))
 
 
 def fix_edits(sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic]) -> None:

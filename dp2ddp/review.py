@@ -25,7 +25,9 @@ from dp2ddp.engine import ConvertResult, FileResult
 #: a kept change of code X needs the changes of these codes (in the same program)
 DEPENDS = {
     "DDP102": {"DDP101"},  # set_epoch needs the DistributedSampler
-    "DDP101": {"DDP002"},  # DistributedSampler needs the process group
+    # DistributedSampler needs the process group, and the wrap: sharded data
+    # without it trains unsynchronised copies of the model
+    "DDP101": {"DDP002", "DDP001", "DDP009"},
     "DDP001": {"DDP002"},  # DDP needs the process group
     "DDP009": {"DDP002"},
     "DDP203": {"DDP001", "DDP009"},  # no_sync needs a DDP model (either)

@@ -390,3 +390,47 @@ def test_unused_noqa_only_among_the_rules_that_ran(tmp_path):
     assert "DDP901" not in alone.stdout  # DDP302 did not run: its noqa is not known to be unused
     everything = lint(path, "--no-config", "--no-cache")
     assert "unused noqa: DDP301" in everything.stdout and "DDP302" not in everything.stdout.split("unused")[1]
+
+
+NOQA_SAVES = '''import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = DDP(nn.Linear(4, 2))
+    model(torch.randn(2, 4)).sum().backward()
+    torch.save(model.module.state_dict(), "shared/ckpt.pt")  # noqa: DDP302 (a rank-local disk)
+    model(torch.randn(2, 4)).sum().backward()
+    torch.save(model.module.state_dict(), "final.pt")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_fix_leaves_what_a_noqa_suppresses(tmp_path):
+    """--fix rewrites neither a line whose noqa names the fix's code nor, in a
+    whole-program conversion, a DataParallel whose DDP001 is suppressed."""
+    script = tmp_path / "train.py"
+    script.write_text(NOQA_SAVES)
+    result = lint("--no-cache", "--fix", "--unsafe-fixes", script)
+    text = script.read_text()
+    assert '    torch.save(model.module.state_dict(), "shared/ckpt.pt")  # noqa' in text
+    assert '        torch.save(model.module.state_dict(), "final.pt")' in text, result.output
+    assert "DDP901" not in result.output
+    # DDP001 suppressed in one file, another file's DDP001 fixed in the same run
+    kept = tmp_path / "kept.py"
+    source = (FIXTURES / "e2e" / "dp_classifier" / "before" / "train.py").read_text()
+    kept.write_text(source.replace("model = nn.DataParallel(model)", "model = nn.DataParallel(model)  # noqa: DDP001"))
+    other = tmp_path / "other.py"
+    other.write_text(source)
+    before = kept.read_text()
+    lint("--no-cache", "--fix", "--unsafe-fixes", kept, other)
+    assert "nn.DataParallel(model)  # noqa: DDP001" in kept.read_text()
+    assert "DistributedDataParallel" not in kept.read_text() or kept.read_text() == before
+    assert "DistributedDataParallel" in other.read_text()

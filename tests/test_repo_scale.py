@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, script_env
+from conftest import FIXTURES, copy_tree, script_env
 from dp2ddp.cli import cli
 
 MULTI = FIXTURES / "e2e" / "multi_file" / "before"
@@ -680,3 +680,23 @@ def test_launch_files_quote_paths_and_take_nproc(tmp_path):
         assert args[-2:] == ["--epochs", "1"]
         if not path.name.endswith(".slurm"):
             assert "--nproc_per_node=4" in args, args
+
+
+def test_interactive_refuses_sharded_data_without_the_wrap_in_another_file(tmp_path):
+    """The sampler kept (data.py) while the DDP wrap is rejected (model.py): each
+    process would train its own copy on its shard -- refused, nothing written."""
+    from dp2ddp.engine import convert_sources
+    from dp2ddp.review import hunks_of
+
+    project = tmp_path / "proj"
+    copy_tree(FIXTURES / "e2e" / "multi_file" / "before", project)
+    before = {p.name: p.read_text() for p in project.glob("*.py")}
+    result = convert_sources({str(p): p.read_bytes() for p in sorted(project.glob("*.py"))})
+    answers = []
+    for file in sorted(result.changed, key=lambda f: f.path):
+        for hunk in hunks_of(file):
+            answers.append("n" if "DDP001" in hunk.codes else "y")
+    assert "n" in answers
+    out = invoke("convert", "--interactive", project, input="\n".join(answers) + "\n")
+    assert out.exit_code == 1 and "DDP101 is kept but DDP001" in out.output, out.output
+    assert {p.name: p.read_text() for p in project.glob("*.py")} == before
