@@ -161,7 +161,8 @@ def discover(
         extra = (extra_exclude, extra_include)
 
     def add(path: Path) -> None:
-        key = os.path.normcase(str(path.absolute()))
+        # one file named two ways (a symlink to it, ``a/../a/x.py``) is one file
+        key = os.path.normcase(os.path.realpath(path))
         if key not in seen:
             seen.add(key)
             found.append(path)

@@ -253,3 +253,18 @@ def test_sync_bn_option_converts_batchnorm_before_the_wrap_and_runs_on_cpu(tmp_p
     run = run_script(script.parent, "train.py", [], distributed=True)
     assert run.returncode == 0, run.output
     assert run.output.count("trained") == 1, run.output  # rank 0 prints
+
+
+def test_one_file_named_two_ways_is_converted_once(tmp_path):
+    """A symlink to a file and a path through '..' name the file already given:
+    it is read, converted and written once (twice was a 'changed on disk' error)."""
+    (tmp_path / "tree").mkdir()
+    real = tmp_path / "tree" / "real.py"
+    real.write_bytes(DP_SCRIPT)
+    os.symlink("real.py", tmp_path / "tree" / "alias.py")
+    result = run("convert", "--write", "-q", "tree/alias.py", "tree/real.py", "./tree/../tree/real.py", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "DistributedDataParallel" in real.read_text()
+    assert os.path.islink(tmp_path / "tree" / "alias.py")
+    lint = run("lint", "--no-cache", "tree/real.py", "tree/alias.py", cwd=tmp_path)
+    assert "(1 file)" in lint.output, lint.output
