@@ -13,6 +13,7 @@ which keeps the file's encoding (coding cookie, BOM) and line endings.
 from __future__ import annotations
 
 import hashlib
+import fnmatch
 import os
 import stat
 import tempfile
@@ -158,7 +159,7 @@ def discover(
 
         extra_exclude = pathspec.GitIgnoreSpec.from_lines(exclude) if exclude else None
         extra_include = pathspec.GitIgnoreSpec.from_lines(include) if include else None
-        extra = (extra_exclude, extra_include)
+        extra = (extra_exclude, extra_include, tuple(include))
 
     def add(path: Path) -> None:
         # one file named two ways (a symlink to it, ``a/../a/x.py``) is one file
@@ -211,13 +212,18 @@ def _walk(directory: str, root: Path, ignores: _Ignores, extra, skipped, resolve
                 continue
             continue  # a link inside the tree: its target is reached through the tree itself
         if entry.is_dir(follow_symlinks=False):
-            if name.startswith(".") or name in SKIP_DIRS:
+            skipped_by_default = (
+                name.startswith(".") or name in SKIP_DIRS or ignores.ignored(resolved_here, is_dir=True)
+            )
+            if skipped_by_default and not _named_by_include(extra, resolved_here, root):
                 continue
-            if ignores.ignored(resolved_here, is_dir=True) or _extra_excluded(extra, resolved_here, root, True):
+            if _extra_excluded(extra, resolved_here, root, True):
                 continue
             yield from _walk(entry.path, root, ignores, extra, skipped, resolved_here)
         elif name.endswith(".py"):
-            if ignores.ignored(resolved_here, is_dir=False) or _extra_excluded(extra, resolved_here, root, False):
+            if ignores.ignored(resolved_here, is_dir=False) and not _named_by_include(extra, resolved_here, root, True):
+                continue
+            if _extra_excluded(extra, resolved_here, root, False):
                 continue
             if not entry.is_file(follow_symlinks=False):
                 skipped.append((Path(entry.path), "not a regular file (a FIFO, a device?), not read"))
@@ -225,10 +231,28 @@ def _walk(directory: str, root: Path, ignores: _Ignores, extra, skipped, resolve
             yield Path(entry.path)
 
 
+def _named_by_include(extra, path: str, root: Path, is_file: bool = False) -> bool:
+    """A folder (or a file) skipped by default -- hidden, ``build/``, gitignored --
+    that an ``--include`` pattern names, or names something in (``build/*``,
+    ``.hidden/train.py``): it is taken after all."""
+    if extra is None or not extra[2]:
+        return False
+    try:
+        parts = Path(path).relative_to(root).parts
+    except ValueError:
+        return False
+    for pattern in extra[2]:
+        steps = pattern.strip().lstrip("/").split("/")
+        longer = len(steps) == len(parts) if is_file else len(steps) > len(parts)
+        if longer and all(fnmatch.fnmatchcase(p, s) for p, s in zip(parts, steps)):
+            return True
+    return False
+
+
 def _extra_excluded(extra, path: Path, root: Path, is_dir: bool) -> bool:
     if extra is None:
         return False
-    exclude, include = extra
+    exclude, include = extra[:2]
     try:
         rel = Path(path).relative_to(root).as_posix()
     except ValueError:

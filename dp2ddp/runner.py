@@ -220,8 +220,19 @@ class LintRun:
 
             spec = pathspec.GitIgnoreSpec.from_lines(self.config.exclude)
         sources = SourceFiles()
-        named = explicit_files(self.paths) if spec is not None else set()
+        named = explicit_files(self.paths) if spec is not None or self.extra_exclude else set()
+        cli_spec = None
+        if self.extra_exclude:
+            import pathspec
+
+            cli_spec = pathspec.GitIgnoreSpec.from_lines(self.extra_exclude)
         for path in files:
+            if cli_spec is not None and str(path) in named and cli_spec.match_file(
+                os.path.relpath(path).replace(os.sep, "/")
+            ):
+                # a named file too (pre-commit names every file), like `exclude` in the config
+                self.skipped.append((path, "excluded by --exclude"))
+                continue
             if spec is not None and self.config.root is not None:
                 try:
                     rel = path.absolute().relative_to(self.config.root.resolve()).as_posix()

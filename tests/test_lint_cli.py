@@ -434,3 +434,10 @@ def test_fix_leaves_what_a_noqa_suppresses(tmp_path):
     assert "nn.DataParallel(model)  # noqa: DDP001" in kept.read_text()
     assert "DistributedDataParallel" not in kept.read_text() or kept.read_text() == before
     assert "DistributedDataParallel" in other.read_text()
+
+
+def test_cli_exclude_holds_for_named_files_like_the_config(project):
+    """pre-commit names every file: `args: [--exclude, ...]` must still skip them."""
+    result = lint("--no-cache", "--exclude", "train.py", project / "train.py", project / "clean.py")
+    assert "DDP302" not in result.output and "excluded by --exclude" in result.output
+    assert result.exit_code == 0

@@ -393,6 +393,19 @@ def test_include_and_exclude(tmp_path):
     assert "1 file would be converted" in result.stderr
 
 
+def test_include_takes_folders_skipped_by_default(tmp_path):
+    """build/, hidden and gitignored folders are skipped, unless --include names
+    them or something in them."""
+    (tmp_path / ".gitignore").write_text("legacy/\n")
+    for folder in ("build", ".hidden", "legacy"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "train.py").write_text(DP)
+    assert "0 files would be converted" in convert("--check", tmp_path).stderr
+    for pattern in ("build/*", "build/train.py", ".hidden/*", "legacy/*"):
+        result = convert("--check", "--include", pattern, tmp_path)
+        assert "1 file would be converted" in result.stderr, (pattern, result.stderr)
+
+
 # ------------------------------------------------------------------ git
 def _git(cwd, *args):
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
