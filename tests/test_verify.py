@@ -351,3 +351,15 @@ def test_sigterm_stops_the_ranks_and_removes_the_run_folder(tmp_path):
         time.sleep(0.05)
     assert not [p for p in pids if _alive(p)]
     assert list(temp.glob("dp2ddp-verify-*")) == []
+
+
+def test_a_script_that_exits_0_before_the_process_group_says_so(workdir):
+    script = workdir / "quits.py"
+    script.write_text('print("nothing to do: give a config")\nraise SystemExit(0)\n')
+    from dp2ddp.verify import VerifyOptions, verify
+
+    report = verify(VerifyOptions(script=str(script), timeout=30.0))
+    check = by_name(report)["process-group"]
+    assert not report.ok and check.status == "fail"
+    assert "ended (exit status 0) before init_process_group" in check.message
+    assert "nothing to do: give a config" in str(check.details.get("output")), check.to_dict()

@@ -176,6 +176,14 @@ def check_process_group(records: Records, expected: int) -> Check:
                     rank=rank,
                     advice="see which rank never reached init_process_group in the stacks (check 7)",
                 )
+            end = records.first(rank, "end")
+            if records.first(rank, "first_step") is None and end is not None and end.get("reason") == "completed":
+                return check.fail(
+                    f"rank {rank} ended (exit status 0) before init_process_group, without a training step",
+                    rank=rank,
+                    advice="see the script's output below: pass its arguments after `--` if it needs some",
+                    output=records.output_tail(rank),
+                )
             step = records.first(rank, "first_step") or {}
             return check.fail(
                 f"rank {rank} never called init_process_group: each process trains on its own",
