@@ -363,3 +363,13 @@ def test_a_script_that_exits_0_before_the_process_group_says_so(workdir):
     assert not report.ok and check.status == "fail"
     assert "ended (exit status 0) before init_process_group" in check.message
     assert "nothing to do: give a config" in str(check.details.get("output")), check.to_dict()
+
+
+def test_a_run_stopped_by_the_budget_says_the_code_after_the_loop_did_not_run(workdir):
+    from dp2ddp.verify import VerifyOptions, verify
+
+    stopped = verify(VerifyOptions(script=str(SCRIPT), args=["--epochs", "50"], max_steps=8, timeout=30.0))
+    assert stopped.ok
+    assert any("code after it" in n and "was not run" in n for n in stopped.notes), stopped.notes
+    finished = run(max_steps=100000)
+    assert finished.ok and not any("code after it" in n for n in finished.notes), finished.notes

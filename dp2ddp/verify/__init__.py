@@ -146,6 +146,14 @@ def verify(options: VerifyOptions) -> VerifyReport:
         records = Records.load(run_dir)
         checks = evaluate(records, world, launched, options)
         notes = sorted({e["text"] for events in records.ranks.values() for e in events if e.get("event") == "note"})
+        ends = [records.first(rank, "end") or {} for rank in records.ranks]
+        if ends and all(end.get("reason") == "budget" for end in ends):
+            notes.append(
+                f"the step budget ({options.max_steps} steps) stopped every rank in the training loop: the "
+                "code after it (a final save, a last barrier, the clean-up) was not run -- give the script "
+                "a short run (fewer epochs, through its arguments after `--`) and a larger --max-steps "
+                "to check it too"
+            )
         if options.against:
             checks.append(_against(options, run_dir))
     finally:
