@@ -373,3 +373,15 @@ def test_a_run_stopped_by_the_budget_says_the_code_after_the_loop_did_not_run(wo
     assert any("code after it" in n and "was not run" in n for n in stopped.notes), stopped.notes
     finished = run(max_steps=100000)
     assert finished.ok and not any("code after it" in n for n in finished.notes), finished.notes
+
+
+def test_a_shard_made_by_hand_with_subset_passes_and_a_shared_one_fails(workdir, monkeypatch):
+    from dp2ddp.verify import VerifyOptions, verify
+
+    script = str(FIXTURES / "verify" / "subset_shard.py")
+    report = verify(VerifyOptions(script=script, timeout=30.0))
+    check = by_name(report)["data-sharded"]
+    assert check.status == "pass" and "2 disjoint shards of 256 samples" in check.message, check.to_dict()
+    monkeypatch.setenv("SHARD", "0")  # every rank the same Subset
+    report = verify(VerifyOptions(script=script, timeout=30.0))
+    assert by_name(report)["data-sharded"].status == "fail"

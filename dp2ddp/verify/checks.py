@@ -286,6 +286,15 @@ def check_sharded(records: Records) -> Check:
             note += f" ({missing} dropped by drop_last)"
         return check.ok(note, padding=duplicates, dataset=n)
     # no DistributedSampler: the loader's own sampler
+    subsets = [p.get("subset") for p in first_passes.values()]
+    if all(s is not None for s in subsets):  # each rank its own Subset: a shard made by hand?
+        union = set().union(*map(set, subsets))
+        if len(union) == sum(len(s) for s in subsets):
+            whole = sample.get("subset_of")
+            return check.ok(
+                f"each rank trains on its own Subset: {world} disjoint shards of {len(union)} samples"
+                + (f" of {whole}" if whole else "")
+            )
     lengths = {r: p.get("sampler_len") for r, p in first_passes.items()}
     if n and all(length == n for length in lengths.values()):
         return check.fail(

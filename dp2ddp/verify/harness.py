@@ -459,6 +459,13 @@ class _RecordingIter:
             info["dataset_len"] = len(self.loader.dataset)
         except TypeError:
             info["dataset_len"] = None
+        subset, base = _subset_indices(self.loader.dataset)
+        if subset is not None:  # a Subset (a shard made by hand?): its samples in the whole dataset
+            try:
+                info["subset_of"] = len(base)
+            except TypeError:
+                info["subset_of"] = None
+            info["subset"] = subset if len(subset) <= _SUBSET_LIMIT else None
         if isinstance(sampler, DistributedSampler):
             info.update(
                 shuffle=bool(sampler.shuffle),
@@ -543,6 +550,21 @@ class _RecordingIter:
 
 
 _REAL_SAVE = None
+#: a Subset's indices are recorded up to this many (they make the shard check exact)
+_SUBSET_LIMIT = 200_000
+
+
+def _subset_indices(dataset):
+    """(indices into the innermost dataset, that dataset) for a -- possibly
+    nested -- ``torch.utils.data.Subset``; (None, dataset) otherwise."""
+    from torch.utils.data import Subset
+
+    indices = None
+    while isinstance(dataset, Subset):
+        inner = dataset.indices
+        indices = [int(i) for i in inner] if indices is None else [int(inner[i]) for i in indices]
+        dataset = dataset.dataset
+    return indices, dataset
 
 
 def private_copy(path: str, scratch: str, keep: bool) -> None:
