@@ -130,8 +130,8 @@ _LOST_PEER = re.compile(
 
 
 def _left_early(records: "Records", crashed: int, crashes: Dict[int, Any]):
-    """(rank, steps) of a rank whose script ended normally having taken fewer
-    steps than the rank that then crashed, or None."""
+    """(rank, its steps, the crashed rank's steps) of a rank whose script ended
+    normally having taken no more steps than the rank that then crashed, or None."""
     end = records.first(crashed, "end") or {}
     reached = end.get("steps", 0)
     for rank in sorted(records.ranks):
@@ -139,7 +139,7 @@ def _left_early(records: "Records", crashed: int, crashes: Dict[int, Any]):
             continue
         other = records.first(rank, "end")
         if other and other.get("reason") == "completed" and other.get("steps", 0) <= reached:
-            return rank, other.get("steps", 0)
+            return rank, other.get("steps", 0), reached
     return None
 
 
@@ -213,9 +213,9 @@ def check_wrapped(records: Records) -> Check:
         seen = True
         if first["wrapped"] < first["params"]:
             return check.fail(
-                f"rank {rank}: the optimizer trains {first['params']} parameters, "
-                f"{first['wrapped']} of them in a DistributedDataParallel model: their gradients "
-                "are never averaged across ranks",
+                f"rank {rank}: the optimizer trains {first['params']} parameters, only "
+                f"{first['wrapped']} of them in a DistributedDataParallel model: the gradients of "
+                f"the other {first['params'] - first['wrapped']} are never averaged across ranks",
                 rank=rank,
                 location=first.get("where"),
                 advice="wrap the model in DistributedDataParallel before building the optimizer",
@@ -363,8 +363,10 @@ def check_in_sync(records: Records) -> Check:
                 location=(table[differ[0]] or {}).get("where"),
                 advice="every rank must train the same DDP-wrapped model; do not change parameters on one rank only",
             )
-    steps = max((e["steps"] for e in lasts.values() if e), default=1)
-    return check.ok(f"identical after step 1 and step {steps}")
+    if not all(lasts.values()):
+        return check.ok("identical after the first step (the run did not end normally: no last step recorded)")
+    steps = max(e["steps"] for e in lasts.values())
+    return check.ok(f"identical after step 1 and step {steps}" if steps > 1 else "identical after the one step")
 
 
 # 6 -------------------------------------------------------------------------
@@ -441,10 +443,17 @@ def check_no_crash(records: Records, launched) -> Check:
         last = _last_line(crash)
         left = _left_early(records, rank, crashes)
         if left is not None and _LOST_PEER.search(crash.get("traceback") or ""):
-            early, steps = left
-            return check.fail(
+            early, steps, reached = left
+            what = (
                 f"rank {early} left the training loop early (its script ended after {steps} step(s)) "
-                f"while rank {rank} went on; rank {rank} then failed in a collective (below): {last}",
+                f"while rank {rank} went on"
+                if steps < reached else
+                f"rank {early}'s script ended after the same {steps} step(s) while rank {rank} was still "
+                "in a collective (one that only some ranks reach: a barrier or all_reduce under a rank "
+                "condition?)"
+            )
+            return check.fail(
+                f"{what}; rank {rank} then failed in a collective (below): {last}",
                 rank=rank,
                 location=crash.get("where"),
                 advice="every rank must run the same steps: look for a break/return or a loop "
