@@ -444,10 +444,11 @@ def check_no_crash(records: Records, launched) -> Check:
         left = _left_early(records, rank, crashes)
         if left is not None and _LOST_PEER.search(crash.get("traceback") or ""):
             early, steps, reached = left
+            batches = {r: sum(e.get("batches", 0) for e in records.events(r, "pass")) for r in (early, rank)}
             what = (
                 f"rank {early} left the training loop early (its script ended after {steps} step(s)) "
                 f"while rank {rank} went on"
-                if steps < reached else
+                if steps < reached or batches[early] < batches[rank] else
                 f"rank {early}'s script ended after the same {steps} step(s) while rank {rank} was still "
                 "in a collective (one that only some ranks reach: a barrier or all_reduce under a rank "
                 "condition?)"
