@@ -419,7 +419,9 @@ def _respect_noqa(file):
 def fix_edits(sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic]) -> None:
     """Fill each fixable diagnostic's ``fix["edits"]`` with the replacement its fix
     makes: ``[{"line", "end_line", "content"}]`` -- replace lines ``line`` up to
-    ``end_line`` (exclusive) of the original with ``content``."""
+    ``end_line`` (exclusive) of the original with ``content``.  The edits are the
+    rule's whole fix in the file, the same for each of its findings there (apply
+    them once)."""
     import difflib
 
     from dp2ddp.engine import apply_transforms, convert_sources
@@ -448,8 +450,10 @@ def fix_edits(sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic]) -
             if tag != "equal":
                 hunks.append({"line": i1 + 1, "end_line": i2 + 1, "content": "".join(after[j1:j2])})
         for d in group:
-            near = [h for h in hunks if h["line"] - 1 <= d.line <= h["end_line"]]
-            d.fix["edits"] = near or hunks
+            # the whole fix: the rule's fix in this file is one rewrite (an import at the
+            # top and the guard at the spot; for DDP001 the file's whole conversion), and
+            # a part of it alone may not run -- every finding of the group carries it
+            d.fix["edits"] = hunks
 
 
 def drop_failed_fixes(before: Sequence[Diagnostic], after: Sequence[Diagnostic], unsafe: bool) -> None:

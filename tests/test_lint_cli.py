@@ -441,3 +441,25 @@ def test_cli_exclude_holds_for_named_files_like_the_config(project):
     result = lint("--no-cache", "--exclude", "train.py", project / "train.py", project / "clean.py")
     assert "DDP302" not in result.output and "excluded by --exclude" in result.output
     assert result.exit_code == 0
+
+
+def _apply_edits(source: str, edits) -> str:
+    lines = source.splitlines(keepends=True)
+    out, position = [], 0
+    for edit in sorted(edits, key=lambda e: e["line"]):
+        out += lines[position : edit["line"] - 1]
+        out.append(edit["content"])
+        position = edit["end_line"] - 1
+    return "".join(out + lines[position:])
+
+
+def test_a_findings_fix_edits_are_the_whole_fix(tmp_path):
+    """Applying one DDP001 finding's edits gives the whole conversion (the imports
+    and helpers at the top too), not a fragment with undefined names."""
+    script = tmp_path / "train.py"
+    shutil.copy(FIXTURES / "e2e" / "dp_classifier" / "before" / "train.py", script)
+    data = json.loads(lint("--no-cache", "--format", "json", script).stdout)
+    (finding,) = [d for d in data if d["code"] == "DDP001"]
+    applied = _apply_edits(script.read_text(), finding["fix"]["edits"])
+    lint("--no-cache", "--fix", "--unsafe-fixes", script)
+    assert applied == script.read_text()
