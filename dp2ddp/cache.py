@@ -186,7 +186,7 @@ class LintCache:
         return hashlib.blake2b(data, digest_size=16).hexdigest()
 
     def fresh(self, path: str, key) -> bool:
-        """The file's (size, mtime_ns), taken before reading it, proves it unchanged."""
+        """The file's (size, mtime_ns, ctime_ns, inode), taken before reading it, proves it unchanged."""
         entry = self.entries.get(os.path.abspath(path))
         return (
             entry is not None

@@ -275,11 +275,13 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 # ---------------------------------------------------------------- reading/writing
-StatKey = Tuple[int, int]  # (size, mtime_ns)
+StatKey = Tuple[int, int, int, int]  # (size, mtime_ns, ctime_ns, inode)
 
 
 def stat_key(st: os.stat_result) -> StatKey:
-    return (st.st_size, st.st_mtime_ns)
+    """As git's index: besides size and mtime, the ctime (which a write moves even
+    when the mtime is set back, ``touch -r``) and the inode (a file replaced)."""
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 class SourceFiles(Mapping[str, bytes]):

@@ -700,3 +700,20 @@ def test_interactive_refuses_sharded_data_without_the_wrap_in_another_file(tmp_p
     out = invoke("convert", "--interactive", project, input="\n".join(answers) + "\n")
     assert out.exit_code == 1 and "DDP101 is kept but DDP001" in out.output, out.output
     assert {p.name: p.read_text() for p in project.glob("*.py")} == before
+
+
+def test_an_edit_whose_mtime_is_set_back_is_not_trusted_by_its_stat(tmp_path):
+    """``touch -r`` after a same-size edit keeps size and mtime; the ctime moves."""
+    root = tmp_path / "p"
+    shutil.copytree(FIXTURES / "rules" / "DDP302", root)
+    target = root / "bad_every_rank.py"
+    hour_ago = os.stat(target).st_mtime_ns - 3600 * 10**9
+    os.utime(target, ns=(hour_ago, hour_ago))
+    _, cold = _lint(root, save=True)
+    assert any(d.path == str(target) and d.code == "DDP302" for d in cold.diagnostics)
+    text = target.read_bytes()
+    target.write_bytes(text.replace(b"torch.save(", b"torch.Save("))
+    os.utime(target, ns=(hour_ago, hour_ago))
+    sources, warm = _lint(root)
+    assert sources.is_read(str(target))
+    assert [d for d in warm.diagnostics if d.path == str(target) and d.code == "DDP302"] == []
