@@ -41,6 +41,14 @@ _LEAF_FIELDS = frozenset(
 _CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {ast.Constant: ()}
 
 
+def decode_position(exc: UnicodeDecodeError) -> Tuple[int, int]:
+    """(line, column), 1-based, of the first byte that does not decode."""
+    data = exc.object if isinstance(exc.object, (bytes, bytearray)) else b""
+    start = min(exc.start, len(data))
+    line_start = data.rfind(b"\n", 0, start) + 1
+    return data.count(b"\n", 0, start) + 1, start - line_start + 1
+
+
 def _child_fields(cls: type) -> Tuple[str, ...]:
     fields = _CHILD_FIELDS.get(cls)
     if fields is None:

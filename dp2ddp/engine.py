@@ -283,7 +283,10 @@ def syntax_error(path: str, exc: Exception) -> str:
     if cst is not None and isinstance(exc, cst.ParserSyntaxError):
         return f"{path}:{exc.raw_line}:{exc.raw_column + 1}: cannot parse: {exc.message}"
     if isinstance(exc, UnicodeDecodeError):
-        return f"{path}:1:1: cannot decode: {exc.reason} at byte {exc.start}"
+        from dp2ddp.codemods._analysis import decode_position
+
+        line, column = decode_position(exc)
+        return f"{path}:{line}:{column}: cannot decode ({exc.encoding}): {exc.reason} at byte {exc.start}"
     if isinstance(exc, SyntaxError):
         return f"{path}:{exc.lineno or 1}:{exc.offset or 1}: cannot parse: {exc.msg}"
     return f"{path}:1:1: cannot parse: {exc}"

@@ -31,7 +31,7 @@ from fnmatch import fnmatch
 from pathlib import PurePath
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from dp2ddp.codemods._analysis import Source, decode
+from dp2ddp.codemods._analysis import Source, decode, decode_position
 from dp2ddp.codemods.rules import BY_CODE, RULES, Diagnostic, Rule
 from dp2ddp.cache import LintCache
 from dp2ddp.config import LintConfig, matches
@@ -82,7 +82,10 @@ def lint_source(
     codes = {r.CODE for r in rules}
     try:
         text = decode(data)
-    except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
+    except UnicodeDecodeError as exc:
+        line, column = decode_position(exc)
+        return _syntax(path, line, column, f"cannot decode the file: {exc}", codes), False
+    except (SyntaxError, LookupError) as exc:
         return _syntax(path, 1, 1, f"cannot decode the file: {exc}", codes), False
     if "\x00" in text:
         return _syntax(path, 1, 1, "not a Python source file (NUL bytes)", codes), False

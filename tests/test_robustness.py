@@ -187,7 +187,8 @@ def test_non_utf8_and_non_python_files_get_a_clear_error(tmp_path):
     (tmp_path / "good.py").write_text(DP)
     result = convert("--write", tmp_path)
     assert result.exit_code == 1
-    assert f"{tmp_path / 'binary.py'}:" in result.stderr and f"{tmp_path / 'latin.py'}:" in result.stderr
+    assert f"{tmp_path / 'binary.py'}:" in result.stderr
+    assert f"{tmp_path / 'latin.py'}:2:6: cannot decode (utf-8)" in result.stderr  # the byte's line and column
     assert (tmp_path / "binary.py").read_bytes() == b"import torch\n\x00\x01\x02\xff\xfe"
     assert "DistributedDataParallel(" in (tmp_path / "good.py").read_text()
 
