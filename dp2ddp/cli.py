@@ -476,7 +476,11 @@ def rule(code, show_all, markdown):
         return
     r = BY_CODE.get(code.upper())
     if r is None:
-        raise click.UsageError(f"unknown rule {code!r} (see `dp2ddp rule --all`)")
+        doc = rule_docs.convert_code(code.upper())
+        if doc is None:
+            raise click.UsageError(f"unknown rule {code!r} (see `dp2ddp rule --all`)")
+        click.echo(doc, nl=False)
+        return
     click.echo(rule_docs.one(r))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from dp2ddp.codemods.rules import RULES
 
 
@@ -30,3 +32,25 @@ def markdown() -> str:
         body = body.replace(f"# {rule.CODE} {rule.NAME}", f"## {rule.CODE} {rule.NAME}", 1)
         lines.append(body)
     return "\n".join(lines)
+
+
+#: codes convert reports that are not a transform's own (a transform reports them too)
+_CONVERT_ALSO = {"DDP103": "distributed-sampler", "DDP008": "process-group-setup"}
+
+
+def convert_code(code: str) -> Optional[str]:
+    """What a code that ``convert`` reports but no lint rule has means (DDP009
+    wrap-model, DDP103 batch-size notes): its transform's documentation."""
+    import inspect
+    import sys
+
+    from dp2ddp.codemods import TRANSFORMS
+
+    for transform in TRANSFORMS:
+        if transform.CODE == code or _CONVERT_ALSO.get(code) == transform.NAME:
+            doc = inspect.getdoc(sys.modules[transform.__module__]) or ""
+            return (
+                f"# {code} (reported by `dp2ddp convert`, transform {transform.NAME})\n\n"
+                f"{transform.DESCRIPTION}\n\n{doc}\n"
+            )
+    return None

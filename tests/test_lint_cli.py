@@ -463,3 +463,10 @@ def test_a_findings_fix_edits_are_the_whole_fix(tmp_path):
     applied = _apply_edits(script.read_text(), finding["fix"]["edits"])
     lint("--no-cache", "--fix", "--unsafe-fixes", script)
     assert applied == script.read_text()
+
+
+@pytest.mark.parametrize("code, transform", [("DDP103", "distributed-sampler"), ("DDP009", "wrap-model")])
+def test_rule_explains_the_codes_convert_reports_too(code, transform):
+    result = CliRunner().invoke(cli, ["rule", code])
+    assert result.exit_code == 0 and f"transform {transform}" in result.output
+    assert CliRunner().invoke(cli, ["rule", "DDP999"]).exit_code == 2
