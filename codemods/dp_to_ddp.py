@@ -75,6 +75,17 @@ class DataParallelToDDP(Transform):
         if self._hand_made:
             return
         self.drop_imports_if_unused(lambda qualified, bound: qualified in N.DATA_PARALLEL)
+        from .rules.data_parallel import _bare_references
+
+        for reference in _bare_references(self.ast_source):
+            stmt = self.statement_at(reference.lineno)
+            if stmt is not None:
+                self.manual(
+                    stmt,
+                    "DataParallel named here but not called (an alias, a factory argument): the "
+                    "wrap made through it is not converted; pass DistributedDataParallel as in "
+                    "the converted wraps, by hand",
+                )
 
     # class MyDP(nn.DataParallel) -------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:

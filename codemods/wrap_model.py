@@ -71,6 +71,17 @@ class WrapModel(Transform):
         if key in self._wrapped or self._is_ddp(model, node):
             return
         self._wrapped.add(key)
+        from .rules.data_parallel import _bare_references
+
+        references = list(_bare_references(self.ast_source))
+        if references:
+            self.manual(
+                node,
+                f"{model} may be wrapped in DataParallel through a name (this file names "
+                "DataParallel without calling it): DDP around it would nest two wrappers; wrap "
+                "the model in DistributedDataParallel by hand, in place of that DataParallel",
+            )
+            return
         wrapper = self._data_parallel_like(model, node)
         if wrapper is not None:
             self.manual(

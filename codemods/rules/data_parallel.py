@@ -72,9 +72,41 @@ class DataParallelInUse(Rule):
                 yield self.diagnostic(
                     src, node, "functional data_parallel() in use: call a DDP-wrapped module instead"
                 )
+        for node in _bare_references(src):
+            found = self.diagnostic(
+                src, node, "DataParallel referenced, not called here (an alias, a factory argument): "
+                "the wrap made through it is not converted; use DistributedDataParallel",
+            )
+            found.fix = None
+            yield found
         for node in src.of_type(ast.ClassDef):
             for base in node.bases:
                 if src.qualname(base) in N.DATA_PARALLEL:
                     yield self.diagnostic(
                         src, node, f"class {node.name} subclasses DataParallel: port it to DDP"
                     )
+
+
+def _bare_references(src: Source) -> Iterator[ast.AST]:
+    """``wrap = nn.DataParallel``, ``build(model, nn.DataParallel)``: DataParallel
+    named but not called -- not in an ``isinstance``/``issubclass`` test, a class's
+    bases or an import (harmless, or reported elsewhere)."""
+    if "DataParallel" not in src.text:
+        return
+    for node in src.nodes:
+        if not (
+            isinstance(node, ast.Attribute) and node.attr == "DataParallel"
+            or isinstance(node, ast.Name) and node.id in src.aliases and node.id != "DistributedDataParallel"
+        ):
+            continue
+        if src.qualname(node) not in N.DATA_PARALLEL:
+            continue
+        parent = src.parent(node)
+        if isinstance(parent, ast.Call) and parent.func is node:
+            continue
+        if isinstance(parent, ast.ClassDef):
+            continue
+        test = parent if isinstance(parent, ast.Call) else src.parent(parent) if isinstance(parent, ast.Tuple) else None
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in ("isinstance", "issubclass"):
+            continue
+        yield node
