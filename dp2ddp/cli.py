@@ -332,6 +332,8 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
     --fix can fix. Exit 0: nothing at or above the failing severity; 1: findings;
     2: usage or configuration error; 123: internal error.
     """
+    if no_config and config_path is not None:
+        raise click.UsageError("--config and --no-config exclude each other")
     import dataclasses
 
     from dp2ddp import formats
@@ -358,10 +360,16 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
         if fail_on:
             overrides["fail_on"] = fail_on
         config = dataclasses.replace(config, **overrides)
-        check_selectors(config.select, known, "select")
-        check_selectors(config.ignore, known, "ignore")
-        for _, codes in config.per_file_ignores:
-            check_selectors(codes, known, "per-file-ignores")
+        def where(key: str, on_command_line: bool) -> str:
+            if on_command_line or source is None:
+                return f"--{key}"
+            return f"{source}: [tool.dp2ddp] {key}"
+
+        check_selectors(config.select, known, where("select", bool(select)))
+        for code in config.ignore:  # (from the file, the command line, or both)
+            check_selectors([code], known, where("ignore", code in _codes(ignore)))
+        for pattern, codes in config.per_file_ignores:
+            check_selectors(codes, known, where(f"per-file-ignores.{pattern}", False))
         return config
 
     # each path is linted with the configuration found above it (paths of two

@@ -99,6 +99,8 @@ def load_config(path: Optional[Path]) -> LintConfig:
     if not isinstance(pfi, dict):
         raise ConfigError(f"{path}: per-file-ignores must be a table of pattern = [codes]")
     exclude = table.get("exclude", [])
+    if isinstance(exclude, str):
+        exclude = [exclude]  # (as select and ignore take one code)
     if not isinstance(exclude, list) or not all(isinstance(e, str) for e in exclude):
         raise ConfigError(f"{path}: exclude must be a list of patterns")
     select = _codes(table.get("select", []), "select", path) + _codes(

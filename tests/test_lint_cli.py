@@ -138,6 +138,13 @@ def test_config_errors_are_usage_errors(project):
     assert lint(project).exit_code == 2
     (project / "pyproject.toml").write_text("[tool.dp2ddp\n")
     assert lint(project).exit_code == 2
+    # a selector that selects nothing: named with the file it is in, or the flag
+    (project / "pyproject.toml").write_text('[tool.dp2ddp]\nselect = ["XYZ"]\n')
+    result = lint(project)
+    assert result.exit_code == 2 and f"{project / 'pyproject.toml'}: [tool.dp2ddp] select: 'XYZ'" in result.output
+    result = lint("--ignore", "DDP77", project)
+    assert result.exit_code == 2 and "--ignore: 'DDP77' selects no rule" in result.output
+    assert lint("--no-config", "--config", project / "pyproject.toml", project).exit_code == 2
 
 
 def test_config_exclude(project):
