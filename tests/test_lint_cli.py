@@ -142,6 +142,7 @@ def test_config_errors_are_usage_errors(project):
     (project / "pyproject.toml").write_text('[tool.dp2ddp]\nselect = ["XYZ"]\n')
     result = lint(project)
     assert result.exit_code == 2 and f"{project / 'pyproject.toml'}: [tool.dp2ddp] select: 'XYZ'" in result.output
+    (project / "pyproject.toml").write_text('[tool.dp2ddp]\nignore = ["DDP9"]\n')
     result = lint("--ignore", "DDP77", project)
     assert result.exit_code == 2 and "--ignore: 'DDP77' selects no rule" in result.output
     assert lint("--no-config", "--config", project / "pyproject.toml", project).exit_code == 2
