@@ -12,7 +12,8 @@ class UnusedNoqa(Rule):
     """
     ## What it does
     Reports a `# noqa: DDP302` comment that suppresses nothing on its line: no
-    finding of that code is there. Codes of other tools (`# noqa: E501`) are
+    finding of that code is there, or that names a DDP code no rule has (a
+    typo: `# noqa: DDP32`). Codes of other tools (`# noqa: E501`) are
     ignored, and so is a bare `# noqa`, which may be meant for another tool.
 
     ## Why is this bad?
