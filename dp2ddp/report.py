@@ -82,7 +82,9 @@ def summary(
     if manual:
         parts.append(f"{len(manual)} spot{'s' if len(manual) != 1 else ''} left for you")
     lines.append(", ".join(parts) + ".")
-    entries = [f.path for f in result.entries if f.changed]
+    written_paths = {f.path for f in written}
+    # (with --write: only the entries actually written -- not a read-only one)
+    entries = [f.path for f in result.entries if f.changed and (mode != "write" or f.path in written_paths)]
     if entries and mode != "check":
         lines.extend(launch.instructions(entries, nproc))
     return lines
