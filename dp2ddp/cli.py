@@ -259,13 +259,16 @@ def _interactive(run, result) -> int:
         click.echo("Nothing to convert.", err=True)
         return report.exit_code(result, "write")
 
+    answers = {"y": "y", "yes": "y", "n": "n", "no": "n", "a": "a", "all": "a", "q": "q", "quit": "q"}
+
     def ask(hunk, question):
-        return click.prompt(
+        answer = click.prompt(
             f"{question} [y]es [n]o [a]ll remaining [q]uit",
-            type=click.Choice(["y", "n", "a", "q"]),
+            type=click.Choice(list(answers), case_sensitive=False),
             show_choices=False,
             err=True,
         )
+        return answers[answer.lower()]
 
     outputs, problems = review(result, ask, lambda text: click.echo(text, err=True))
     if problems:
@@ -469,6 +472,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
 @click.argument("code", required=False)
 @click.option("--all", "show_all", is_flag=True, help="List every rule.")
 @click.option("--markdown", is_flag=True, help="Print docs/rules.md (all rules, generated).")
+@_internal_errors
 def rule(code, show_all, markdown):
     """Explain a lint rule: what it does, why it is bad, what to do instead."""
     from dp2ddp import rule_docs

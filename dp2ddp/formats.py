@@ -69,7 +69,7 @@ def sarif(diagnostics: Sequence[Diagnostic]) -> str:
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": d.path.replace("\\", "/")},
+                        "artifactLocation": {"uri": _uri(d.path)},
                         "region": {
                             "startLine": d.line,
                             "startColumn": d.column,
@@ -127,3 +127,15 @@ def github(diagnostics: Sequence[Diagnostic]) -> str:
         )
         lines.append(f"::{_GITHUB_LEVEL[d.severity]} {props}::{_escape_data(d.code + ' ' + d.message)}")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _uri(path: str) -> str:
+    """A SARIF artifact location: a relative URI reference (percent-encoded,
+    ``my%20file.py``), or a ``file://`` URI for an absolute path."""
+    from pathlib import PurePath
+    from urllib.parse import quote
+
+    pure = PurePath(path)
+    if pure.is_absolute():
+        return pure.as_uri()
+    return quote(pure.as_posix())

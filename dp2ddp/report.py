@@ -36,14 +36,16 @@ def diff(file: FileResult, color: bool = False) -> str:
         return "".join(fixed)
     out = []
     for line in fixed:
+        # styled without the line break: the reset code ends the line, not starts the next
+        body, end = (line[:-1], "\n") if line.endswith("\n") else (line, "")
         if line.startswith(("+++", "---")):
-            out.append(click.style(line, bold=True))
+            out.append(click.style(body, bold=True) + end)
         elif line.startswith("@@"):
-            out.append(click.style(line, fg="cyan"))
+            out.append(click.style(body, fg="cyan") + end)
         elif line.startswith("+"):
-            out.append(click.style(line, fg="green"))
+            out.append(click.style(body, fg="green") + end)
         elif line.startswith("-"):
-            out.append(click.style(line, fg="red"))
+            out.append(click.style(body, fg="red") + end)
         else:
             out.append(line)
     return "".join(out)

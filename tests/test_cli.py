@@ -268,3 +268,13 @@ def test_one_file_named_two_ways_is_converted_once(tmp_path):
     assert os.path.islink(tmp_path / "tree" / "alias.py")
     lint = run("lint", "--no-cache", "tree/real.py", "tree/alias.py", cwd=tmp_path)
     assert "(1 file)" in lint.output, lint.output
+
+
+def test_colour_diff_on_request_and_plain_when_piped(tmp_path):
+    (tmp_path / "train.py").write_bytes(DP_SCRIPT)
+    coloured = run("convert", "--color", "train.py", cwd=tmp_path).stdout
+    assert "\x1b[32m+" in coloured
+    # each styled line ends with its reset code, before the line break
+    assert all(line.endswith("\x1b[0m") for line in coloured.splitlines() if line.startswith("\x1b[3"))
+    plain = run("convert", "train.py", cwd=tmp_path).stdout
+    assert "\x1b[" not in plain and "+" in plain
