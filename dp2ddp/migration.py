@@ -136,7 +136,7 @@ def markdown(result: ConvertResult, batch_mode: str = "global", nproc: str = "gp
         out.append("Nothing: every spot was converted.")
     errors = [f for f in data["files"] if f["status"] == "error"]
     out += ["", "## Files that could not be converted", ""]
-    out += [f"- `{f['path']}`: {f['error']}" for f in errors] or ["None."]
+    out += [f"- `{f['path']}`: {_without_path(f['error'], f['path'])}" for f in errors] or ["None."]
     out += ["", "## Changes by file", ""]
     for f in data["files"]:
         if not (f["changes"] or f["manual"] or f["notes"]):
@@ -162,6 +162,18 @@ def write_report(path: Path, result: ConvertResult, fmt: str, batch_mode: str, n
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+
+
+def _without_path(error: str, path: str) -> str:
+    """``train.py:3:1: cannot parse: ...`` under the path's own heading: ``line 3,
+    column 1: cannot parse: ...``."""
+    if error.startswith(path + ":"):
+        rest = error[len(path) + 1:]
+        parts = rest.split(":", 2)
+        if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
+            return f"line {parts[0]}, column {parts[1]}:{parts[2]}"
+        return rest.strip()
+    return error
 
 
 # ------------------------------------------------------------------ launch files
