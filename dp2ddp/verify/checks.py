@@ -468,7 +468,12 @@ def check_no_crash(records: Records, launched) -> Check:
             rank=rank,
             location=crash.get("where"),
             advice="see the script's output below (its arguments? pass them after --)"
-            if exited else "see the traceback",
+            if exited else (
+                "its peer broke off a collective: the ranks ran different collectives -- one "
+                "under a rank condition (`if rank == 0: dist.all_reduce(...)`: dp2ddp lint DDP305) "
+                "meets the other ranks' next one (DDP's gradient all-reduce)"
+                if _LOST_PEER.search(crash.get("traceback") or "") else "see the traceback"
+            ),
             traceback=crash["traceback"],
             output=records.output_tail(rank),
             ranks=sorted(crashes),
