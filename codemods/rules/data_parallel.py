@@ -88,9 +88,11 @@ class DataParallelInUse(Rule):
 
 
 def _bare_references(src: Source) -> Iterator[ast.AST]:
-    """``wrap = nn.DataParallel``, ``build(model, nn.DataParallel)``: DataParallel
-    named but not called -- not in an ``isinstance``/``issubclass`` test, a class's
-    bases or an import (harmless, or reported elsewhere)."""
+    """``wrap = nn.DataParallel``, ``build(model, nn.DataParallel)``, a default
+    ``parallel=nn.DataParallel``: DataParallel named where it may be called later.
+    A type test is harmless -- ``isinstance``/``issubclass``, ``type(m) in (...)``,
+    ``is``/``==``, a tuple, list or set of types (``DP_TYPES = (DataParallel, DDP)``),
+    an annotation -- and so are a class's bases and imports (reported elsewhere)."""
     if "DataParallel" not in src.text:
         return
     for node in src.nodes:
@@ -102,11 +104,29 @@ def _bare_references(src: Source) -> Iterator[ast.AST]:
         if src.qualname(node) not in N.DATA_PARALLEL:
             continue
         parent = src.parent(node)
-        if isinstance(parent, ast.Call) and parent.func is node:
+        if isinstance(parent, ast.Call) and parent.func is node or isinstance(parent, ast.ClassDef):
             continue
-        if isinstance(parent, ast.ClassDef):
+        if isinstance(parent, ast.Attribute):
+            continue  # ``nn.DataParallel.forward``: an attribute of the class, not the class
+        if not _type_use(src, node):
+            yield node
+
+
+def _type_use(src: Source, node: ast.AST) -> bool:
+    """``node`` is used as a type: in a comparison, a collection of types, an
+    ``isinstance``/``issubclass`` test or an annotation."""
+    child = node
+    for parent in src.ancestors(node):
+        if isinstance(parent, (ast.Compare, ast.Tuple, ast.List, ast.Set)):
+            return True
+        if isinstance(parent, ast.Call):
+            return isinstance(parent.func, ast.Name) and parent.func.id in ("isinstance", "issubclass")
+        if isinstance(parent, (ast.arg, ast.AnnAssign)) and child is getattr(parent, "annotation", None):
+            return True
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and child is parent.returns:
+            return True
+        if isinstance(parent, (ast.Subscript, ast.BinOp)):  # Optional[DataParallel], A | B
+            child = parent
             continue
-        test = parent if isinstance(parent, ast.Call) else src.parent(parent) if isinstance(parent, ast.Tuple) else None
-        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in ("isinstance", "issubclass"):
-            continue
-        yield node
+        return False
+    return False

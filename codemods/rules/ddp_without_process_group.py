@@ -66,13 +66,14 @@ class DDPWithoutProcessGroup(Rule):
 
 
 def _reached(src: Source, call: ast.Call) -> bool:
-    """The set-up is not in a function this file never names (a helper left
-    uncalled; one handed to ``mp.spawn`` or called by the caller counts)."""
+    """The set-up is not in a module-level function this file never names (a
+    helper left uncalled; one handed to ``mp.spawn`` counts, and so does any
+    method, which Python or a framework may call)."""
     func = src.function_of(call)
     while func is not None and src.function_of(func) is not None:
         func = src.function_of(func)  # the outermost function
-    if func is None or not hasattr(func, "name"):
-        return True
+    if func is None or not hasattr(func, "name") or not isinstance(src.parent(func), ast.Module):
+        return True  # module level, or a method (``__init__``, ``__enter__``: called by Python)
     name = func.name
     return any(
         isinstance(node, ast.Name) and node.id == name or isinstance(node, ast.Attribute) and node.attr == name
