@@ -177,7 +177,12 @@ class RankDevice(Transform):
             "--local_rank defaults to LOCAL_RANK from the environment: torchrun sets the "
             "variable, not the argument (torch.distributed.launch's)",
         )
-        new_value = cst.parse_expression(f'int({os_name}.environ.get("LOCAL_RANK", {old}))')
+        if _int_literal(default.value):
+            new_value = cst.parse_expression(f'int({os_name}.environ.get("LOCAL_RANK", {old}))')
+        else:  # ``default=None``, a name: kept as it is without torchrun
+            new_value = cst.parse_expression(
+                f'int({os_name}.environ["LOCAL_RANK"]) if "LOCAL_RANK" in {os_name}.environ else {old}'
+            )
         args = list(updated.args)
         args[index] = default.with_changes(value=new_value)
         return updated.with_changes(args=args)
@@ -319,6 +324,13 @@ class RankDevice(Transform):
             self.changed(original_node, "dropped torch.cuda.set_device(): the setup sets LOCAL_RANK's GPU")
             return cst.RemoveFromParent()
         return updated_node
+
+
+def _int_literal(node: cst.BaseExpression) -> bool:
+    """``0``, ``-1``."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        node = node.expression
+    return isinstance(node, cst.Integer)
 
 
 def _local_rank_option(call: cst.Call) -> bool:
