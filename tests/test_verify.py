@@ -385,3 +385,6 @@ def test_a_shard_made_by_hand_with_subset_passes_and_a_shared_one_fails(workdir,
     monkeypatch.setenv("SHARD", "0")  # every rank the same Subset
     report = verify(VerifyOptions(script=script, timeout=30.0))
     assert by_name(report)["data-sharded"].status == "fail"
+    monkeypatch.setenv("SHARD", "uneven")  # disjoint, but the ranks take different numbers of steps
+    report = verify(VerifyOptions(script=script, timeout=30.0))
+    assert "of different sizes (96, 160 samples)" in by_name(report)["data-sharded"].message

@@ -248,6 +248,15 @@ def check_sharded(records: Records) -> Check:
     if world == 1:
         return check.ok("a single rank: nothing to shard")
     shards = {r: p.get("shard") for r, p in first_passes.items()}
+    subsets = [p.get("subset") for p in first_passes.values()]
+    if all(s is not None for s in shards.values()) and all(s is not None for s in subsets):
+        if any(sub != subsets[0] for sub in subsets[1:]):
+            return check.fail(
+                "the data is sharded twice: each rank has its own Subset and a DistributedSampler "
+                "shards that again -- part of the dataset is never trained on",
+                location=location,
+                advice="shard once: one Subset/dataset for all ranks with a DistributedSampler",
+            )
     if all(s is not None for s in shards.values()):
         union = set()
         total = 0
@@ -290,6 +299,15 @@ def check_sharded(records: Records) -> Check:
     if all(s is not None for s in subsets):  # each rank its own Subset: a shard made by hand?
         union = set().union(*map(set, subsets))
         if len(union) == sum(len(s) for s in subsets):
+            sizes = sorted({len(s) for s in subsets})
+            if len(sizes) > 1:
+                return check.fail(
+                    f"each rank trains on its own Subset, but of different sizes ({', '.join(map(str, sizes))} "
+                    "samples): the ranks take different numbers of steps, and the one that goes on waits "
+                    "in a collective for the ones that stopped",
+                    location=location,
+                    advice="give every rank as many samples (DistributedSampler pads or drops to make it so)",
+                )
             whole = sample.get("subset_of")
             return check.ok(
                 f"each rank trains on its own Subset: {world} disjoint shards of {len(union)} samples"
