@@ -107,6 +107,9 @@ def test_writes_through_the_scratch_folders_links_never_reach_the_users_files(wo
         report = verify(VerifyOptions(script=str(SCRIPT), args=["--save-to", target], timeout=30.0))
         assert report.ok, [c.to_dict() for c in report.checks if c.status == "fail"]
         assert f"{target} (rank 0)" in by_name(report)["single-writer"].message
+    # a script that enters a linked folder first: its writes there stay in the scratch too
+    report = verify(VerifyOptions(script=str(SCRIPT), args=["--chdir", "ckpts"], timeout=30.0))
+    assert report.ok, [c.to_dict() for c in report.checks if c.status == "fail"]
     assert big.stat().st_size == 17 * 1024 * 1024
     assert (workdir / "ckpts" / "checkpoint.pt").read_bytes() == b"mine"
     assert sorted(os.listdir(workdir / "ckpts")) == ["checkpoint.pt", "other.txt"]

@@ -364,6 +364,15 @@ class Harness:
                         private_copy(path, scratch, keep="a" in mode or "+" in mode)
             return real_open(file, mode, *args, **kwargs)
 
+        real_chdir = os.chdir
+
+        def chdir(path):
+            if scratch and not isinstance(path, int):
+                target = os.path.normpath(os.path.join(os.getcwd(), os.fsdecode(os.fspath(path))))
+                private_copy(target, scratch, keep=False, folder=True)
+            return real_chdir(path)
+
+        os.chdir = chdir
         torch.save = save
         import torch.serialization
 
@@ -567,14 +576,16 @@ def _subset_indices(dataset):
     return indices, dataset
 
 
-def private_copy(path: str, scratch: str, keep: bool) -> None:
+def private_copy(path: str, scratch: str, keep: bool, folder: bool = False) -> None:
     """Copy on write: ``path`` lies in the scratch folder, which links the user's
     folders and large files; before the script writes there, every linked folder
     on the way becomes a folder of the scratch (of links to its entries) and a
     linked file is replaced by a copy (``keep``: appended to, or updated) or
     removed -- so the write lands in the scratch, never on the user's file, and
     what the script reads back is what it wrote.  Ranks may race on the same
-    folder: whoever loses finds the scratch folder already made."""
+    folder: whoever loses finds the scratch folder already made.  ``folder``:
+    ``path`` is a folder the script enters (``os.chdir``): it becomes a scratch
+    folder too, so that what is written there stays in the scratch."""
     if not path.startswith(scratch + os.sep):
         return
     real_scratch = os.path.realpath(scratch)
@@ -588,11 +599,11 @@ def private_copy(path: str, scratch: str, keep: bool) -> None:
     parts = os.path.relpath(path, scratch).split(os.sep)
     current = scratch
     try:
-        for part in parts[:-1]:
+        for part in parts if folder else parts[:-1]:
             current = os.path.join(current, part)
             if linked_out(current) and os.path.isdir(current):
                 _own_folder(current)
-        if linked_out(path):
+        if not folder and linked_out(path):
             target = os.path.realpath(path)
             temporary = f"{path}.dp2ddp-{os.getpid()}"
             if keep and os.path.isfile(target):
