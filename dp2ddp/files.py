@@ -244,7 +244,11 @@ def _named_by_include(extra, path: str, root: Path, is_file: bool = False) -> bo
     for pattern in extra[2]:
         steps = pattern.strip().lstrip("/").split("/")
         longer = len(steps) == len(parts) if is_file else len(steps) > len(parts)
-        if longer and all(fnmatch.fnmatchcase(p, s) for p, s in zip(parts, steps)):
+        folders = parts[:-1] if is_file else parts
+        # the skipped folders spelled out: ``*/train.py`` or ``**/x.py`` names none of them
+        if longer and all(p == s for p, s in zip(folders, steps)) and (
+            not is_file or fnmatch.fnmatchcase(parts[-1], steps[len(parts) - 1])
+        ):
             return True
     return False
 

@@ -405,6 +405,12 @@ def test_include_takes_folders_skipped_by_default(tmp_path):
     for pattern in ("build/*", "build/train.py", ".hidden/*", "legacy/*"):
         result = convert("--check", "--include", pattern, tmp_path)
         assert "1 file would be converted" in result.stderr, (pattern, result.stderr)
+    # a wildcard names none of them: only the folders walked anyway match
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "train.py").write_text(DP)
+    for pattern in ("*/train.py", "**/train.py"):
+        result = convert("--check", "--include", pattern, tmp_path)
+        assert "1 file would be converted" in result.stderr, (pattern, result.stderr)
 
 
 # ------------------------------------------------------------------ git
