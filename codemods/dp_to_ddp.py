@@ -543,6 +543,7 @@ class DataParallelToDDP(Transform):
         sides = [(original_node.body, updated_node.body, original_node.orelse),
                  (original_node.orelse, updated_node.orelse, original_node.body)]
         for wrap, converted, other in sides:
+            wrap = _unmoved(wrap)  # DataParallel(model).cuda(): the move is folded into the wrap
             if wrap not in self._converted:
                 continue
             module = next((a.value for a in wrap.args if a.keyword is None or a.keyword.value == "module"), None)
@@ -563,6 +564,12 @@ class DataParallelToDDP(Transform):
             self._note_prefix(original_node, [statement])
             return converted.with_changes(
                 lpar=[*original_node.lpar, *converted.lpar], rpar=[*converted.rpar, *original_node.rpar]
+            )
+        if self._wraps_here(original_node.body) or self._wraps_here(original_node.orelse):
+            self.manual(
+                original_node,
+                "DataParallel is wrapped only under this condition: under DDP every "
+                "process must wrap; move the wrap out of it by hand",
             )
         return updated_node
 
