@@ -95,10 +95,16 @@ def _layers(init: ast.AST) -> Set[str]:
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if not name or name in _PARAMETER_FREE or not name[:1].isupper():
                 continue  # a function's result (a tensor, a list): not a layer
+            if name.endswith("Loss") and name != "AdaptiveLogSoftmaxWithLoss":
+                continue  # nn.CrossEntropyLoss(): no parameters
             for target in node.targets:
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
                     found.add(target.attr)
     return found
+
+
+def _self_attribute(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
 
 
 def _self_call(node: ast.AST) -> str:
@@ -130,7 +136,9 @@ def _always_in(node: ast.AST) -> Set[str]:
         training = _training_test(node.test)
         body, orelse = _always(node.body), _always(node.orelse) if node.orelse else set()
         taken = body if training is True else orelse if training is False else body & orelse
-        return _always_in(node.test) | taken
+        # ``if self.downsample is not None: self.downsample(x)``: the layer is absent or used
+        tested = {n.attr for n in ast.walk(node.test) if _self_attribute(n)}
+        return _always_in(node.test) | taken | ((body | orelse) & tested)
     if isinstance(node, ast.BoolOp):
         return _always_in(node.values[0])
     found = {_self_call(node)} - {""}
