@@ -68,7 +68,15 @@ class DDPWrapUnderGPUCondition(Rule):
 
 def _gpu_branch(src: Source, call: ast.Call) -> Optional[ast.AST]:
     """The ``if``/conditional expression on the GPUs that holds ``call`` in one
-    branch while the other branch wraps nothing; None otherwise."""
+    branch while the other branch wraps nothing; None otherwise -- also when an
+    enclosing condition asks about the distributed run (``elif args.distributed:
+    if torch.cuda.is_available(): ...``, PyTorch's ImageNet example: a GPU-only
+    distributed mode, on purpose)."""
+    for parent in src.ancestors(call):
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            break
+        if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and _distributed_test(parent.test):
+            return None
     child: ast.AST = call
     for parent in src.ancestors(call):
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
@@ -85,9 +93,13 @@ def _gpu_branch(src: Source, call: ast.Call) -> Optional[ast.AST]:
     return None
 
 
-def _gpu_test(src: Source, test: ast.AST) -> bool:
+def _distributed_test(test: ast.AST) -> bool:
     names = [dotted(n) for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute))]
-    if any(_DISTRIBUTED_NAME.search(name) for name in names if name):
+    return any(_DISTRIBUTED_NAME.search(name) for name in names if name)
+
+
+def _gpu_test(src: Source, test: ast.AST) -> bool:
+    if _distributed_test(test):
         return False
     for node in ast.walk(test):
         if isinstance(node, ast.Call) and src.qualname(node.func) in N.CUDA_DEVICE_COUNT | N.CUDA_IS_AVAILABLE:
