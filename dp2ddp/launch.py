@@ -54,7 +54,7 @@ def single_node(path: str, nproc: str = "gpu", args: Sequence[str] = ()) -> str:
 
 
 def multi_node(path: str, nproc: str = "gpu", nnodes: str = "2", args: Sequence[str] = ()) -> str:
-    job = os.path.splitext(os.path.basename(path))[0] or "job"
+    job = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.splitext(os.path.basename(path))[0]) or "job"
     extra = " " + " ".join(shlex.quote(a) for a in args) if args else ""
     cd, target = _target(path)
     return (

@@ -51,7 +51,10 @@ class MissingDestroyProcessGroup(Rule):
     TRIGGERS = ("init_process_group",)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
-        inits = [c for c in src.calls if src.qualname(c.func) in N.INIT_PROCESS_GROUP]
+        from .ddp_without_process_group import _reached
+
+        # (a set-up in a helper the file never calls starts no group)
+        inits = [c for c in src.calls if src.qualname(c.func) in N.INIT_PROCESS_GROUP and _reached(src, c)]
         if not inits or any(src.qualname(c.func) in N.DESTROY_PROCESS_GROUP for c in src.calls):
             return
         if not _is_script(src):
