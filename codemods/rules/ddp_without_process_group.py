@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator
+from typing import Iterator, Optional
 
 from .. import _names as N
 from .._analysis import Source, is_collective
@@ -53,32 +53,43 @@ class DDPWithoutProcessGroup(Rule):
         if not _is_entry(src):
             return
         first = None
+        inits = []
         for call in src.calls:
             name = src.qualname(call.func)
-            if name in N.SPAWN or name in N.INIT_PROCESS_GROUP and _reached(src, call):
+            if name in N.SPAWN:
                 return
-            if name not in N.INIT_PROCESS_GROUP and _SETUP_HELPER.search(name.rsplit(".", 1)[-1]):
+            if name in N.INIT_PROCESS_GROUP:
+                inits.append(call)
+                continue
+            if _SETUP_HELPER.search(name.rsplit(".", 1)[-1]):
                 return
             if first is None and (name in N.DDP or is_collective(src, call)):
                 first = call
-        if first is not None:
+        if first is not None and not any(_reached(src, init, first) for init in inits):
             yield self.diagnostic(src, first)
 
 
-def _reached(src: Source, call: ast.Call) -> bool:
-    """The set-up is not in a module-level function this file never names (a
-    helper left uncalled; one handed to ``mp.spawn`` counts, and so does any
-    method, which Python or a framework may call)."""
+def _reached(src: Source, call: ast.Call, user: Optional[ast.AST] = None) -> bool:
+    """The set-up ``call`` may run: it is not in a module-level function that
+    this file never names -- a helper left uncalled -- while ``user`` (the DDP
+    wrap) is elsewhere.  One handed to ``mp.spawn`` counts, so does any method
+    (Python or a framework calls ``__init__``), and so does a ``main()`` holding
+    the wrap too (a console-script entry point calls it).  Without a ``user``,
+    only a never-called helper that dp2ddp added does not count."""
     func = src.function_of(call)
     while func is not None and src.function_of(func) is not None:
         func = src.function_of(func)  # the outermost function
     if func is None or not hasattr(func, "name") or not isinstance(src.parent(func), ast.Module):
         return True  # module level, or a method (``__init__``, ``__enter__``: called by Python)
     name = func.name
-    return any(
+    if any(
         isinstance(node, ast.Name) and node.id == name or isinstance(node, ast.Attribute) and node.attr == name
         for node in src.nodes
-    )
+    ):
+        return True
+    if user is None:
+        return "(added by dp2ddp)" not in (ast.get_docstring(func) or "")
+    return any(a is func for a in src.ancestors(user))
 
 
 def _is_entry(src: Source) -> bool:
