@@ -893,6 +893,16 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
                     agreeing.add(func.name)
                 func = src.function_of(func)
     trainers = set(_training_functions(src)) - agreeing
+    # ``loss = self.train_one_epoch(epoch)``: a method of the file's class that trains
+    methods = set()
+    for call in src.calls:
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "backward":
+            func = src.function_of(call)
+            while func is not None and not isinstance(src.parent(func), ast.ClassDef):
+                func = src.function_of(func)
+            if func is not None and not isinstance(func, ast.Lambda):
+                methods.add(func.name)
+    methods -= agreeing
     # loaders sharded by a DistributedSampler: what a function of the file computes
     # over one (a validation loss) is this rank's own too, unless it all-reduces
     sharded = _sharded_loaders(src)
@@ -919,12 +929,15 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
         trains_here = loop in around_training
         # ``train_loss = train_one_epoch(model, loader, opt)``: what a training function returns
         from_trainers = set()
-        if trainers:
+        if trainers or methods:
             from_trainers = {
                 dotted(t)
                 for n in ast.walk(loop)
-                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
-                and n.value.func.id in trainers
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and (
+                    isinstance(n.value.func, ast.Name) and n.value.func.id in trainers
+                    or isinstance(n.value.func, ast.Attribute) and n.value.func.attr in methods
+                    and isinstance(n.value.func.value, ast.Name) and n.value.func.value.id == "self"
+                )
                 for target in n.targets
                 for t in ast.walk(target)
                 if isinstance(t, (ast.Name, ast.Attribute))

@@ -56,7 +56,6 @@ class SetEpoch(Transform):
         self._before_stmt: Dict[cst.CSTNode, List[str]] = {}
         self._all_calls: Optional[List[cst.Call]] = None
         self._iter_reported: Set[str] = set()
-        self._stops_checked: Set[cst.CSTNode] = set()
         self._stops: Optional[Dict[int, Set[str]]] = None
 
     # ------------------------------------------------------------------ finding
@@ -82,6 +81,9 @@ class SetEpoch(Transform):
                 continue  # ``tqdm(range(epochs))``: an epoch loop, no loader behind it
             inner.extend(found or [loader])
         return inner
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._report_all_rank_local_stops()
 
     def visit_For(self, node: cst.For) -> None:
         for loader in [x for it in _iterated(node.iter) for x in self._through_wrappers(it, node)]:
@@ -152,9 +154,6 @@ class SetEpoch(Transform):
 
     def _place(self, batch_loop: cst.For, loader: str, guarded: bool) -> None:
         epoch_loop = self._epoch_loop(batch_loop)
-        if epoch_loop is not None and epoch_loop not in self._stops_checked:
-            self._stops_checked.add(epoch_loop)
-            self._report_rank_local_stops(epoch_loop)
         if epoch_loop is not None:
             epoch = epoch_loop.target
             assert isinstance(epoch, cst.Name)
@@ -170,7 +169,7 @@ class SetEpoch(Transform):
             if param is not None:
                 self._plan(func, loader, param, guarded, where=self._top_or_before(func, batch_loop, loader))
                 return
-            if self._plan_in_callers(func, batch_loop, loader):
+            if self._plan_in_callers(func, batch_loop, loader) or self._plan_in_method_callers(func, loader):
                 return
         if self._in_while(batch_loop):
             self.manual(
@@ -196,23 +195,25 @@ class SetEpoch(Transform):
                 f"{loader}.sampler.set_epoch(epoch) at the start of every epoch",
             )
 
-    def _report_rank_local_stops(self, epoch_loop: cst.For) -> None:
-        """``if train_loss < target: break`` -- a value computed from this rank's shard
-        decides when to stop: the ranks may stop at different epochs, and the others
-        then wait forever in their next all-reduce.  Reported, not rewritten.  Found
-        by lint's recogniser (``_analysis.rank_local_stops``, DDP307)."""
-        if self._stops is None:
-            self._stops = {stop.lineno: names for stop, names in A.rank_local_stops(self.ast_source)}
-        for stmt in P.find(epoch_loop, cst.If):
-            names = self._stops.get(self.position(stmt)[0])
-            if names:
-                self.manual(
-                    stmt,
-                    f"the loop stops on a value computed from this rank's shard ({', '.join(sorted(names))}): "
-                    "ranks may stop at different times and the others wait forever in their next "
-                    "all-reduce; all_reduce the value (or decide on rank 0 and broadcast) first",
-                    code="DDP307",  # lint's code for it (`dp2ddp rule DDP307`)
-                )
+    def _report_all_rank_local_stops(self) -> None:
+        """Every rank-local stop of the file (the epoch loop may be in a method that
+        calls the training one, or in a function that is handed the loader)."""
+        if "backward" not in self.module.code or not ("break" in self.module.code or "return" in self.module.code):
+            return
+        self._stops = {stop.lineno: names for stop, names in A.rank_local_stops(self.ast_source)}
+        for line, names in sorted(self._stops.items()):
+            stmt = self.statement_at(line)
+            if stmt is not None:
+                self._report_stop(stmt, names)
+
+    def _report_stop(self, stmt: cst.CSTNode, names) -> None:
+        self.manual(
+            stmt,
+            f"the loop stops on a value computed from this rank's shard ({', '.join(sorted(names))}): "
+            "ranks may stop at different times and the others wait forever in their next "
+            "all-reduce; all_reduce the value (or decide on rank 0 and broadcast) first",
+            code="DDP307",  # lint's code for it (`dp2ddp rule DDP307`)
+        )
 
     def _epoch_loop(self, batch_loop: cst.For) -> Optional[cst.For]:
         candidates = []
@@ -312,9 +313,36 @@ class SetEpoch(Transform):
             if known in ("eval", "other") or known != "ours" and P.is_eval_name(arg_name.rsplit(".", 1)[-1]):
                 continue  # (``run_epoch(model, val_loader)``: the same function evaluates)
             self._plan(loop, arg_name, loop.target.value, known != "ours", ("top", loop))
-            if loop not in self._stops_checked:  # the caller's epoch loop may stop early
-                self._stops_checked.add(loop)
-                self._report_rank_local_stops(loop)
+            placed = True
+        return placed
+
+    def _plan_in_method_callers(self, func: cst.FunctionDef, loader: str) -> bool:
+        """``def train_epoch(self): for x, y in self.loader: ...`` called as
+        ``self.train_epoch()`` in an epoch loop of another method of the class:
+        ``self.loader.sampler.set_epoch(epoch)`` at the top of that loop."""
+        params = [p.name.value for p in func.params.params]
+        if not loader.startswith("self.") or not params or params[0] != "self":
+            return False
+        cls = next((a for a in self.ancestors(func) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return False
+        placed = False
+        for call in P.find(cls, cst.Call):
+            if not m.matches(call.func, m.Attribute(value=m.Name("self"), attr=m.Name(func.name.value))):
+                continue
+            loop = None
+            for anc in self.ancestors(call):
+                if isinstance(anc, (cst.FunctionDef, cst.While)):
+                    break
+                if isinstance(anc, cst.For) and isinstance(anc.target, cst.Name) and (
+                    _EPOCH.match(anc.target.value) or m.matches(anc.iter, m.Call(func=m.Name("range")))
+                ):
+                    loop = anc
+                    break
+            if loop is None:
+                continue
+            if not _calls_set_epoch(loop.body):
+                self._plan(loop, loader, loop.target.value, True, ("top", loop))
             placed = True
         return placed
 
