@@ -597,6 +597,44 @@ def open_for_writing(src: Source, stmt: ast.With) -> List[ast.Call]:
     return calls
 
 
+def long_lived_writer(src: Source, stmt: ast.With) -> Optional[ast.Call]:
+    """The ``open(P, "w")`` of a ``with`` that keeps the file open around other
+    work (the training loop) and writes to it there -- ``f.write``, a csv writer,
+    ``json.dump(x, f)``, ``print(..., file=f)`` -- a block that cannot go behind
+    a main-process check as a whole (``open_for_writing`` takes the pure ones)."""
+    if len(stmt.items) != 1 or open_for_writing(src, stmt):
+        return None
+    item = stmt.items[0]
+    call = item.context_expr
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "open" and call.args):
+        return None
+    mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax")):
+        return None
+    handle = item.optional_vars.id if isinstance(item.optional_vars, ast.Name) else None
+    if handle is None:
+        return None
+    writers = {handle}
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Assign) and src.is_call(node.value, N.CSV_WRITERS) and any(
+            isinstance(a, ast.Name) and a.id == handle for a in node.value.args
+        ):
+            writers |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(stmt):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in writers and (
+            func.attr in N.WRITE_METHODS
+        ):
+            return call
+        if src.qualname(func) in N.WRITE_DUMPS and any(isinstance(a, ast.Name) and a.id == handle for a in node.args):
+            return call
+        if any(k.arg == "file" and isinstance(k.value, ast.Name) and k.value.id == handle for k in node.keywords):
+            return call
+    return None
+
+
 def pure_writes(stmt: ast.With) -> bool:
     """What a writing ``with open(...)`` block writes, and where, computes nothing
     (no call but harmless ones): it may go behind a main-process check."""

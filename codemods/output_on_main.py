@@ -108,7 +108,7 @@ class OutputOnMainProcess(MainProcessGuard):
         call = single_call(stmt)
         if call is None or stmt in self._noted:
             return
-        output = self.is_call(call, {"builtins.print"}) or self._logging_chatter(call) or any(
+        output = self.is_call(call, {"builtins.print"}) and not _to_a_file(call) or self._logging_chatter(call) or any(
             N.is_wandb(n) for n in self.qnames(call.func)
         )
         if output and not all(P.is_pure(a.value) for a in call.args):
@@ -123,6 +123,8 @@ class OutputOnMainProcess(MainProcessGuard):
         call = single_call(stmt)
         if call is None or self._names_the_rank(call):
             return None
+        if self.is_call(call, {"builtins.print"}) and _to_a_file(call):
+            return None  # print(..., file=f): a write to a file, whose open decides (DDP302)
         if self.is_call(call, {"builtins.print"}) and all(P.is_pure(a.value) for a in call.args):
             return "print from the main process only"
         if self._logging_chatter(call) and all(P.is_pure(a.value) for a in call.args):
@@ -263,3 +265,11 @@ class OutputOnMainProcess(MainProcessGuard):
             and self.guardable_block(block)
             and not P.under_main_process_check(self, node)
         )
+
+
+def _to_a_file(call: cst.Call) -> bool:
+    """``print(..., file=f)`` to something other than ``sys.stdout``/``sys.stderr``."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "file":
+            return P.dotted_name(arg.value) not in ("sys.stdout", "sys.stderr")
+    return False

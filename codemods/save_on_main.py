@@ -186,6 +186,23 @@ class SaveOnMainProcess(MainProcessGuard):
             f"save {name}.module (or its state_dict())",
         )
 
+    def visit_With(self, node: cst.With) -> None:
+        """``with open("log.csv", "w") as f:`` around the training loop, writing rows
+        in it: the block cannot go behind a main-process check as a whole, so it
+        is reported (lint's DDP302 test, ``_analysis.long_lived_writer``)."""
+        if not any(isinstance(i.item, cst.Call) and m.matches(i.item.func, m.Name("open")) for i in node.items):
+            return
+        line = self.position(node)[0]
+        stmt = next((w for w in self.ast_source.of_type(ast.With) if w.lineno == line), None)
+        call = A.long_lived_writer(self.ast_source, stmt) if stmt is not None else None
+        if call is None or P.under_main_process_check(self, node):
+            return
+        if any(isinstance(i.item, cst.Call) and self._per_rank_path(i.item) for i in node.items):
+            return
+        from .rules.save_on_every_rank import LONG_LIVED_MESSAGE
+
+        self.manual(node, LONG_LIVED_MESSAGE)
+
     def visit_Call(self, node: cst.Call) -> None:
         if self.is_call(node, N.TORCH_SAVE):
             self._note_whole_model(node)

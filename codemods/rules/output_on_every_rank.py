@@ -91,7 +91,8 @@ class OutputOnEveryRank(Rule):
             if not isinstance(src.parent(call), ast.Expr):
                 continue
             name = src.qualname(call.func)
-            chatter = name == "builtins.print" or name in N.LOGGING_CHATTER or (
+            to_file = any(k.arg == "file" and dotted(k.value) not in ("sys.stdout", "sys.stderr") for k in call.keywords)
+            chatter = name == "builtins.print" and not to_file or name in N.LOGGING_CHATTER or (
                 isinstance(call.func, ast.Attribute)
                 and call.func.attr in N.LOGGER_CHATTER_METHODS
                 and (

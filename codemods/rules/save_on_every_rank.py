@@ -11,6 +11,7 @@ from .._analysis import (
     called_unguarded,
     is_rank_expr,
     on_main_process_only,
+    long_lived_writer,
     open_for_writing,
     pure_writes,
     uses_distributed,
@@ -70,7 +71,16 @@ class SaveOnEveryRank(Rule):
             return
         for stmt in src.of_type(ast.With):
             call = _open_for_writing(src, stmt)
-            if call is None or on_main_process_only(src, stmt) or _per_rank(src, call.args[0]):
+            if call is None:
+                kept_open = long_lived_writer(src, stmt)
+                if kept_open is not None and not on_main_process_only(src, stmt) and not _per_rank(src, kept_open.args[0]):
+                    func = src.function_of(stmt)
+                    if func is None or called_unguarded(src, func):
+                        found = self.diagnostic(src, kept_open, LONG_LIVED_MESSAGE)
+                        found.fix = None
+                        yield found
+                continue
+            if on_main_process_only(src, stmt) or _per_rank(src, call.args[0]):
                 continue
             func = src.function_of(stmt)
             if func is not None and not called_unguarded(src, func):
@@ -102,6 +112,13 @@ class SaveOnEveryRank(Rule):
                     src, call, f"{name.rsplit('.', 1)[-1]} runs on every rank: the same file is written by "
                     "each; write it from the main process only (if dist.get_rank() == 0)"
                 )
+
+
+#: (convert reports the same spot with it)
+LONG_LIVED_MESSAGE = (
+    "every rank opens this file for writing (the same path on each) and keeps it open around "
+    "other work: open it on the main process only -- and write to it there -- or give each rank its own file"
+)
 
 
 def _open_for_writing(src: Source, stmt: ast.With) -> Optional[ast.Call]:
