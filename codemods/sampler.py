@@ -85,6 +85,7 @@ class DistributedSamplerTransform(Transform):
         self._batch_reported: Set[cst.CSTNode] = set()
         self._sum_noted = False
         self._contrast_noted = False
+        self._random_noted = False
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not self.is_call(original_node, N.DATA_LOADER):
@@ -323,6 +324,7 @@ class DistributedSamplerTransform(Transform):
         if not sampler_placed:
             new_args = _append(new_args, _kwarg("sampler", sampler_code, like=new_args[-1]))
         self.changed(original, f"training DataLoader ({why}) gets a DistributedSampler")
+        self._note_same_random_draws(original)
         if A.accumulates_metrics(self.ast_source) is not False:  # (None: the loop is elsewhere)
             self.note(
                 original,
@@ -369,6 +371,39 @@ class DistributedSamplerTransform(Transform):
             "choose a multiple of the process count",
             code="DDP103",
         )
+
+    def _note_same_random_draws(self, loader: cst.Call) -> None:
+        """A loop over the loader draws random tensors (a GAN's noise) while the
+        script seeds every process alike (``torch.manual_seed(0)``): every process
+        then draws the same numbers, where DataParallel's one process drew
+        different ones for each part of the batch.  Said once."""
+        if self._random_noted or "manual_seed" not in self.module.code:
+            return
+        target = self._assigned_name(loader)
+        if not target:
+            return
+        seeded = [
+            c for c in P.find(self.module, cst.Call)
+            if self.is_call(c, _SEEDS) and "rank" not in self.module.code_for_node(c).lower()
+        ]
+        if not seeded:
+            return
+        for loop in P.find(self.enclosing_function(loader) or self.module, cst.For):
+            if target not in {P.dotted_name(x) for x in _iterated(loop.iter)}:
+                continue
+            draw = next((c for c in P.find(loop.body, cst.Call) if self.is_call(c, _RANDOM_DRAWS)), None)
+            if draw is None:
+                continue
+            self._random_noted = True
+            self.note(
+                draw,
+                "every process draws the same random numbers here (the script seeds them all alike), "
+                "where the one process of the original drew different ones for the whole batch: reseed each "
+                "process after the model is built and wrapped -- torch.manual_seed(seed + "
+                "dist.get_rank()) -- so that their draws differ",
+                code="DDP103",
+            )
+            return
 
     def _note_in_batch_comparison(self) -> None:
         """InfoNCE/SimCLR/CLIP: each sample's negatives are the rest of the batch,
@@ -608,6 +643,11 @@ def _binds(node: cst.CSTNode, name: str) -> bool:
 
 
 #: calls whose positional arguments (or a tuple of them) are a shape
+#: seeding calls, and the draws that a seed makes the same in every process
+_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed_all", "torch.cuda.manual_seed"})
+_RANDOM_DRAWS = frozenset(
+    "torch." + f for f in ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "randperm", "normal", "bernoulli", "multinomial")
+)
 _TENSOR_FACTORIES = frozenset(
     "torch." + f for f in ("full", "zeros", "ones", "empty", "randn", "rand")
 )

@@ -272,3 +272,30 @@ def test_a_literal_batch_size_processes_cannot_share_is_noted(size, noted):
         assert notes == []
     else:
         assert len(notes) == 1 and noted in notes[0], notes
+
+
+GAN_STEP = b'''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+def fit(netG, netD, data, opt, seed):
+    torch.manual_seed(SEED_VALUE)
+    loader = DataLoader(data, batch_size=64, shuffle=True)
+    for epoch in range(2):
+        for real, _ in loader:
+            noise = torch.randn(real.size(0), 16)
+            loss = netD(netG(noise)).mean() - netD(real).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+'''
+
+
+@pytest.mark.parametrize("seed, noted", [(b"seed", True), (b"seed + dist.get_rank()", False)])
+def test_random_draws_seeded_alike_on_every_rank_are_noted(seed, noted):
+    file = _convert(GAN_STEP.replace(b"SEED_VALUE", seed), {})
+    notes = [f for f in file.findings if "same random numbers" in f.message]
+    assert bool(notes) == noted
+    if noted:
+        assert notes[0].line == 11
