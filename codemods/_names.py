@@ -37,6 +37,7 @@ DATA_LOADER = frozenset(
 #: plain samplers that a DistributedSampler replaces (shuffle=True / False)
 RANDOM_SAMPLER = frozenset({"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"})
 SEQUENTIAL_SAMPLER = frozenset({"torch.utils.data.SequentialSampler", "torch.utils.data.sampler.SequentialSampler"})
+BATCH_SAMPLER = frozenset({"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"})
 ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )

@@ -15,8 +15,10 @@ class LoaderWithoutDistributedSampler(Rule):
     ## What it does
     In DDP code, reports a training `DataLoader` (told apart by its names --
     `train_loader`, `train_set`, `get_train_loader()` -- or `shuffle=True`) that
-    has no `sampler=` / `batch_sampler=`. Evaluation loaders are not reported:
-    every rank may evaluate the whole set.
+    has no `sampler=` / `batch_sampler=`, or whose sampler is torch's
+    `RandomSampler`/`SequentialSampler` (also inside a `BatchSampler`), which
+    draw from the whole dataset. Evaluation loaders are not reported: every rank
+    may evaluate the whole set.
 
     ## Why is this bad?
     Without a `DistributedSampler` every process iterates the whole dataset:
@@ -57,7 +59,19 @@ class LoaderWithoutDistributedSampler(Rule):
         for call in src.calls:
             if src.qualname(call.func) not in N.DATA_LOADER:
                 continue
-            if argument(call, 3, "sampler") is not None or argument(call, 4, "batch_sampler") is not None:
+            sampler, batch_sampler = argument(call, 3, "sampler"), argument(call, 4, "batch_sampler")
+            if sampler is not None or batch_sampler is not None:
+                whole = _whole_dataset_sampler(src, sampler if sampler is not None else batch_sampler)
+                if whole and classify_loader(src, call) != "eval":
+                    found = self.diagnostic(
+                        src, call,
+                        f"this training DataLoader's {whole} draws from the whole dataset on every rank: "
+                        "each rank trains on the same data; use a DistributedSampler"
+                        + (" inside the BatchSampler" if batch_sampler is not None else ""),
+                    )
+                    if batch_sampler is not None:
+                        found.fix = None  # convert leaves a batch sampler for a human
+                    yield found
                 continue
             if any(kw.arg is None for kw in call.keywords):
                 continue  # **kwargs: cannot see what it holds
@@ -65,3 +79,27 @@ class LoaderWithoutDistributedSampler(Rule):
                 continue  # a stream: sharded in its __iter__, if at all (no sampler possible)
             if classify_loader(src, call) == "train":
                 yield self.diagnostic(src, call)
+
+
+def _whole_dataset_sampler(src: Source, sampler: ast.AST) -> str:
+    """torch's RandomSampler/SequentialSampler, also inside torch's BatchSampler,
+    given inline or through a name assigned once: its name ("" otherwise --
+    a custom sampler may shard, a DistributedSampler does)."""
+    if isinstance(sampler, ast.Name):
+        values = [
+            a.value for a in src.of_type(ast.Assign)
+            if any(isinstance(t, ast.Name) and t.id == sampler.id for t in a.targets)
+        ]
+        if len(values) != 1:
+            return ""
+        sampler = values[0]
+    if not isinstance(sampler, ast.Call):
+        return ""
+    name = src.qualname(sampler.func)
+    if name in N.BATCH_SAMPLER:
+        inner = argument(sampler, 0, "sampler")
+        found = _whole_dataset_sampler(src, inner) if inner is not None else ""
+        return f"BatchSampler({found})" if found else ""
+    if name in N.RANDOM_SAMPLER | N.SEQUENTIAL_SAMPLER:
+        return name.rsplit(".", 1)[-1]
+    return ""
