@@ -315,11 +315,14 @@ def check_sharded(records: Records) -> Check:
             )
     lengths = {r: p.get("sampler_len") for r, p in first_passes.items()}
     if n and all(length == n for length in lengths.values()):
+        via = sample.get("batch_sampler")
         return check.fail(
-            f"every rank iterates the whole dataset ({n} samples, {sample.get('sampler')}): "
-            "each trains on the same data",
+            f"every rank iterates the whole dataset ({n} samples, "
+            + (f"{via}({sample.get('sampler')})" if via else str(sample.get("sampler")))
+            + "): each trains on the same data",
             location=location,
-            advice="give the training DataLoader sampler=DistributedSampler(dataset, shuffle=...)",
+            advice=f"give the {via} a DistributedSampler(dataset, shuffle=...)" if via
+            else "give the training DataLoader sampler=DistributedSampler(dataset, shuffle=...)",
         )
     drawn = [set(p["indices"]) for p in first_passes.values()]
     overlap = set.intersection(*drawn) if drawn else set()

@@ -463,7 +463,14 @@ class _RecordingIter:
         self.number = harness.passes[key]
         self.start_step = harness.steps
         sampler = getattr(self.loader, "sampler", None)
+        batches = getattr(self.loader, "batch_sampler", None)
+        inner = getattr(batches, "sampler", None)
+        via_batch_sampler = inner is not None and inner is not sampler  # DataLoader(batch_sampler=...)
+        if via_batch_sampler:
+            sampler = inner
         info: Dict[str, Any] = {"sampler": type(sampler).__name__ if sampler is not None else None}
+        if via_batch_sampler:
+            info["batch_sampler"] = type(batches).__name__
         try:
             info["dataset_len"] = len(self.loader.dataset)
         except TypeError:
