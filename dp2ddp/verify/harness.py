@@ -37,6 +37,7 @@ import signal
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, Dict, List, Optional
 
@@ -589,12 +590,34 @@ def private_copy(path: str, scratch: str, keep: bool, folder: bool = False) -> N
     on the way becomes a folder of the scratch (of links to its entries) and a
     linked file is replaced by a copy (``keep``: appended to, or updated) or
     removed -- so the write lands in the scratch, never on the user's file, and
-    what the script reads back is what it wrote.  Ranks may race on the same
-    folder: whoever loses finds the scratch folder already made.  ``folder``:
+    what the script reads back is what it wrote.  The ranks take turns (a lock
+    of the run): whoever comes second finds the scratch folder made.  ``folder``:
     ``path`` is a folder the script enters (``os.chdir``): it becomes a scratch
     folder too, so that what is written there stays in the scratch."""
     if not path.startswith(scratch + os.sep):
         return
+    with _scratch_lock(scratch):  # one rank at a time: no rank sees a folder half made
+        _private_copy(path, scratch, keep, folder)
+
+
+@contextmanager
+def _scratch_lock(scratch: str):
+    """An exclusive lock of the run (a file next to the scratch folder, which the
+    script does not see); no lock where ``fcntl`` is missing."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    handle = os.open(os.path.join(os.path.dirname(scratch), ".copy-on-write.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # (releases the lock)
+
+
+def _private_copy(path: str, scratch: str, keep: bool, folder: bool) -> None:
     real_scratch = os.path.realpath(scratch)
 
     def linked_out(node: str) -> bool:
@@ -623,24 +646,15 @@ def private_copy(path: str, scratch: str, keep: bool, folder: bool = False) -> N
 
 
 def _own_folder(link: str) -> None:
-    """Replace the link to a folder by a scratch folder of links to its entries."""
+    """Replace the link to a folder by a scratch folder of links to its entries
+    (under the run's lock: made whole before any rank looks again)."""
     target = os.path.realpath(link)
     temporary = f"{link}.dp2ddp-{os.getpid()}"
     os.mkdir(temporary)
     for entry in os.scandir(target):
         os.symlink(entry.path, os.path.join(temporary, entry.name))
-    try:
-        os.unlink(link)
-    except FileNotFoundError:
-        pass
-    try:
-        os.rename(temporary, link)
-    except OSError:  # another rank made it first
-        shutil.rmtree(temporary, ignore_errors=True)
-        for _ in range(100):
-            if os.path.isdir(link) and not os.path.islink(link):
-                break
-            time.sleep(0.01)
+    os.unlink(link)
+    os.rename(temporary, link)
 
 
 def _path_of(f) -> Optional[str]:
