@@ -288,9 +288,8 @@ def text(report: VerifyReport) -> str:
     elif failed:
         lines.append(f"FAILED: {failed} check(s)." + (f" {unknown} could not run." if unknown else ""))
     else:
-        lines.append(
-            f"NOT VERIFIED: {unknown} check(s) could not run (the script did not train within the budget?)."
-        )
+        undecided = ", ".join(str(c.id) for c in report.checks if c.status == "inconclusive")
+        lines.append(f"NOT VERIFIED: {unknown} check(s) could not decide ({undecided}: see why above).")
     if report.run_dir:
         lines.append(f"records and logs kept in {report.run_dir}")
     return "\n".join(lines) + "\n"
