@@ -295,15 +295,7 @@ class SetEpoch(Transform):
             arg_name = P.dotted_name(arg)
             if not arg_name:
                 continue
-            loop = None
-            for anc in self.ancestors(call):
-                if isinstance(anc, (cst.FunctionDef, cst.While)):
-                    break
-                if isinstance(anc, cst.For) and isinstance(anc.target, cst.Name) and (
-                    _EPOCH.match(anc.target.value) or m.matches(anc.iter, m.Call(func=m.Name("range")))
-                ):
-                    loop = anc
-                    break
+            loop = self._epoch_loop_around(call)
             if loop is None:
                 continue
             if _calls_set_epoch(loop.body):
@@ -315,6 +307,18 @@ class SetEpoch(Transform):
             self._plan(loop, arg_name, loop.target.value, known != "ours", ("top", loop))
             placed = True
         return placed
+
+    def _epoch_loop_around(self, call: cst.Call) -> Optional[cst.For]:
+        """The epoch loop (``for epoch in ...``, ``for _ in range(...)``) around a call
+        in its function."""
+        for anc in self.ancestors(call):
+            if isinstance(anc, (cst.FunctionDef, cst.While)):
+                return None
+            if isinstance(anc, cst.For) and isinstance(anc.target, cst.Name) and (
+                _EPOCH.match(anc.target.value) or m.matches(anc.iter, m.Call(func=m.Name("range")))
+            ):
+                return anc
+        return None
 
     def _plan_in_method_callers(self, func: cst.FunctionDef, loader: str) -> bool:
         """``def train_epoch(self): for x, y in self.loader: ...`` called as
@@ -330,15 +334,7 @@ class SetEpoch(Transform):
         for call in P.find(cls, cst.Call):
             if not m.matches(call.func, m.Attribute(value=m.Name("self"), attr=m.Name(func.name.value))):
                 continue
-            loop = None
-            for anc in self.ancestors(call):
-                if isinstance(anc, (cst.FunctionDef, cst.While)):
-                    break
-                if isinstance(anc, cst.For) and isinstance(anc.target, cst.Name) and (
-                    _EPOCH.match(anc.target.value) or m.matches(anc.iter, m.Call(func=m.Name("range")))
-                ):
-                    loop = anc
-                    break
+            loop = self._epoch_loop_around(call)
             if loop is None:
                 continue
             if not _calls_set_epoch(loop.body):
