@@ -107,12 +107,18 @@ def test_writes_through_the_scratch_folders_links_never_reach_the_users_files(wo
         report = verify(VerifyOptions(script=str(SCRIPT), args=["--save-to", target], timeout=30.0))
         assert report.ok, [c.to_dict() for c in report.checks if c.status == "fail"]
         assert f"{target} (rank 0)" in by_name(report)["single-writer"].message
+    # appending to a file in a linked folder: a scratch copy of it gets the lines
+    (workdir / "ckpts" / "train.log").write_text("old\n")
+    report = verify(VerifyOptions(script=str(SCRIPT), args=["--append-log", "ckpts/train.log"], timeout=30.0))
+    assert report.ok, [c.to_dict() for c in report.checks if c.status == "fail"]
+    assert ".dp2ddp-" not in by_name(report)["single-writer"].message  # (the harness's own copy)
+    assert (workdir / "ckpts" / "train.log").read_text() == "old\n"
     # a script that enters a linked folder first: its writes there stay in the scratch too
     report = verify(VerifyOptions(script=str(SCRIPT), args=["--chdir", "ckpts"], timeout=30.0))
     assert report.ok, [c.to_dict() for c in report.checks if c.status == "fail"]
     assert big.stat().st_size == 17 * 1024 * 1024
     assert (workdir / "ckpts" / "checkpoint.pt").read_bytes() == b"mine"
-    assert sorted(os.listdir(workdir / "ckpts")) == ["checkpoint.pt", "other.txt"]
+    assert sorted(os.listdir(workdir / "ckpts")) == ["checkpoint.pt", "other.txt", "train.log"]
 
 
 def test_private_copy_keeps_a_linked_file_that_is_appended_to(tmp_path):

@@ -357,6 +357,8 @@ class Harness:
             return _REAL_SAVE(obj, f, *args, **kwargs)
 
         def open_(file, mode="r", *args, **kwargs):
+            if _COPYING:  # the harness's own copy (shutil.copy2 in private_copy)
+                return real_open(file, mode, *args, **kwargs)
             if isinstance(mode, str) and any(c in mode for c in "wax+"):
                 path = _path_of(file)
                 if path is not None:
@@ -594,10 +596,19 @@ def private_copy(path: str, scratch: str, keep: bool, folder: bool = False) -> N
     of the run): whoever comes second finds the scratch folder made.  ``folder``:
     ``path`` is a folder the script enters (``os.chdir``): it becomes a scratch
     folder too, so that what is written there stays in the scratch."""
-    if not path.startswith(scratch + os.sep):
+    global _COPYING
+    if not path.startswith(scratch + os.sep) or _COPYING:
         return
     with _scratch_lock(scratch):  # one rank at a time: no rank sees a folder half made
-        _private_copy(path, scratch, keep, folder)
+        _COPYING = True  # (the copy's own open() is not the script's: not hooked, not recorded)
+        try:
+            _private_copy(path, scratch, keep, folder)
+        finally:
+            _COPYING = False
+
+
+#: the harness is copying a linked file into the scratch (see ``private_copy``)
+_COPYING = False
 
 
 @contextmanager
