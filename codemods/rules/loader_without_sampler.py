@@ -61,8 +61,8 @@ class LoaderWithoutDistributedSampler(Rule):
                 continue
             sampler, batch_sampler = argument(call, 3, "sampler"), argument(call, 4, "batch_sampler")
             if sampler is not None or batch_sampler is not None:
-                whole = _whole_dataset_sampler(src, sampler if sampler is not None else batch_sampler)
-                if whole and classify_loader(src, call) != "eval":
+                whole = _whole_dataset_sampler(src, sampler if sampler is not None else batch_sampler, call)
+                if whole and classify_loader(src, call) == "train":
                     found = self.diagnostic(
                         src, call,
                         f"this training DataLoader's {whole} draws from the whole dataset on every rank: "
@@ -81,14 +81,19 @@ class LoaderWithoutDistributedSampler(Rule):
                 yield self.diagnostic(src, call)
 
 
-def _whole_dataset_sampler(src: Source, sampler: ast.AST) -> str:
+def _whole_dataset_sampler(src: Source, sampler: ast.AST, at: ast.AST, depth: int = 0) -> str:
     """torch's RandomSampler/SequentialSampler, also inside torch's BatchSampler,
-    given inline or through a name assigned once: its name ("" otherwise --
-    a custom sampler may shard, a DistributedSampler does)."""
+    given inline or through a name assigned once in the function of ``at``: its
+    name ("" otherwise -- a custom sampler may shard, a DistributedSampler does,
+    and a parameter is the caller's)."""
+    if depth > 3:
+        return ""  # (``sampler = BatchSampler(sampler, ...)``: a name that refers to itself)
     if isinstance(sampler, ast.Name):
+        scope = src.function_of(at)
         values = [
             a.value for a in src.of_type(ast.Assign)
-            if any(isinstance(t, ast.Name) and t.id == sampler.id for t in a.targets)
+            if src.function_of(a) is scope
+            and any(isinstance(t, ast.Name) and t.id == sampler.id for t in a.targets)
         ]
         if len(values) != 1:
             return ""
@@ -98,7 +103,7 @@ def _whole_dataset_sampler(src: Source, sampler: ast.AST) -> str:
     name = src.qualname(sampler.func)
     if name in N.BATCH_SAMPLER:
         inner = argument(sampler, 0, "sampler")
-        found = _whole_dataset_sampler(src, inner) if inner is not None else ""
+        found = _whole_dataset_sampler(src, inner, at, depth + 1) if inner is not None else ""
         return f"BatchSampler({found})" if found else ""
     if name in N.RANDOM_SAMPLER | N.SEQUENTIAL_SAMPLER:
         return name.rsplit(".", 1)[-1]
