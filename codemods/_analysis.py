@@ -635,6 +635,33 @@ def long_lived_writer(src: Source, stmt: ast.With) -> Optional[ast.Call]:
     return None
 
 
+def prints_to_a_rank_file(src: Source, call: ast.Call) -> bool:
+    """``print(..., file=f)`` where ``f`` may be this rank's own file -- opened
+    (``with open(P) as f``, ``f = open(P)``) on a path that names the rank, or
+    handed in (a parameter: the caller's file): per-rank output every rank must
+    write.  ``sys.stdout``/``sys.stderr`` and a file opened on a shared path are
+    output like any other."""
+    handle = next((k.value for k in call.keywords if k.arg == "file"), None)
+    if handle is None or dotted(handle) in ("sys.stdout", "sys.stderr"):
+        return False
+    if not isinstance(handle, ast.Name):
+        return True  # ``file=self.log``: not known here
+    opens = []
+    for node in src.of_type(ast.withitem, ast.Assign):
+        if isinstance(node, ast.withitem):
+            if isinstance(node.optional_vars, ast.Name) and node.optional_vars.id == handle.id:
+                opens.append(node.context_expr)
+        elif any(isinstance(t, ast.Name) and t.id == handle.id for t in node.targets):
+            opens.append(node.value)
+    if not opens:
+        return True  # a parameter: the caller's file
+    return all(
+        isinstance(o, ast.Call) and isinstance(o.func, ast.Name) and o.func.id == "open" and o.args
+        and any(is_rank_expr(src, n) for n in ast.walk(o.args[0]) if isinstance(n, (ast.Name, ast.Attribute, ast.Call)))
+        for o in opens
+    )
+
+
 def pure_writes(stmt: ast.With) -> bool:
     """What a writing ``with open(...)`` block writes, and where, computes nothing
     (no call but harmless ones): it may go behind a main-process check."""

@@ -101,6 +101,14 @@ class OutputOnMainProcess(MainProcessGuard):
             self._note_impure(stmt)
         return why
 
+    def _to_a_rank_file(self, call: cst.Call) -> bool:
+        """``print(..., file=f)`` to this rank's own file (``_analysis.prints_to_a_rank_file``,
+        lint's DDP301 test)."""
+        if not any(a.keyword is not None and a.keyword.value == "file" for a in call.args):
+            return False
+        node = self.ast_call(call)
+        return node is not None and A.prints_to_a_rank_file(self.ast_source, node)
+
     def _note_impure(self, stmt: cst.BaseStatement) -> None:
         """Output whose arguments compute (``print(evaluate(model, loader))``) stays
         on every rank -- the computation may be a collective or a DDP forward that
@@ -108,7 +116,7 @@ class OutputOnMainProcess(MainProcessGuard):
         call = single_call(stmt)
         if call is None or stmt in self._noted:
             return
-        output = self.is_call(call, {"builtins.print"}) and not _to_a_file(call) or self._logging_chatter(call) or any(
+        output = self.is_call(call, {"builtins.print"}) and not self._to_a_rank_file(call) or self._logging_chatter(call) or any(
             N.is_wandb(n) for n in self.qnames(call.func)
         )
         if output and not all(P.is_pure(a.value) for a in call.args):
@@ -123,8 +131,8 @@ class OutputOnMainProcess(MainProcessGuard):
         call = single_call(stmt)
         if call is None or self._names_the_rank(call):
             return None
-        if self.is_call(call, {"builtins.print"}) and _to_a_file(call):
-            return None  # print(..., file=f): a write to a file, whose open decides (DDP302)
+        if self.is_call(call, {"builtins.print"}) and self._to_a_rank_file(call):
+            return None  # print(..., file=f) to this rank's own file: every rank writes its own
         if self.is_call(call, {"builtins.print"}) and all(P.is_pure(a.value) for a in call.args):
             return "print from the main process only"
         if self._logging_chatter(call) and all(P.is_pure(a.value) for a in call.args):
@@ -266,10 +274,3 @@ class OutputOnMainProcess(MainProcessGuard):
             and not P.under_main_process_check(self, node)
         )
 
-
-def _to_a_file(call: cst.Call) -> bool:
-    """``print(..., file=f)`` to something other than ``sys.stdout``/``sys.stderr``."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "file":
-            return P.dotted_name(arg.value) not in ("sys.stdout", "sys.stderr")
-    return False

@@ -14,6 +14,7 @@ from .._analysis import (
     is_main_process_check,
     is_not_main_check,
     is_pure,
+    prints_to_a_rank_file,
     dotted,
     is_rank_expr,
     on_main_process_only,
@@ -91,8 +92,7 @@ class OutputOnEveryRank(Rule):
             if not isinstance(src.parent(call), ast.Expr):
                 continue
             name = src.qualname(call.func)
-            to_file = any(k.arg == "file" and dotted(k.value) not in ("sys.stdout", "sys.stderr") for k in call.keywords)
-            chatter = name == "builtins.print" and not to_file or name in N.LOGGING_CHATTER or (
+            chatter = name == "builtins.print" and not prints_to_a_rank_file(src, call) or name in N.LOGGING_CHATTER or (
                 isinstance(call.func, ast.Attribute)
                 and call.func.attr in N.LOGGER_CHATTER_METHODS
                 and (
