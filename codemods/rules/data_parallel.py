@@ -113,14 +113,25 @@ def _bare_references(src: Source) -> Iterator[ast.AST]:
 
 
 def _type_use(src: Source, node: ast.AST) -> bool:
-    """``node`` is used as a type: in a comparison, a collection of types, an
-    ``isinstance``/``issubclass`` test or an annotation."""
+    """``node`` is used as a type: in a comparison (``type(m) is DataParallel``,
+    ``type(m) in (...)``), an ``isinstance``/``issubclass`` test -- also through a
+    tuple, list or set of types, or a name holding one that only such tests use
+    (``DP_TYPES = (DataParallel, DDP)``) -- or an annotation.  A list of wrappers
+    that is iterated or called (``for wrap in [nn.DataParallel]``) is not."""
     child = node
+    in_collection = False
     for parent in src.ancestors(node):
-        if isinstance(parent, (ast.Compare, ast.Tuple, ast.List, ast.Set)):
+        if isinstance(parent, ast.Compare):
             return True
+        if isinstance(parent, (ast.Tuple, ast.List, ast.Set)):
+            in_collection, child = True, parent
+            continue
         if isinstance(parent, ast.Call):
-            return isinstance(parent.func, ast.Name) and parent.func.id in ("isinstance", "issubclass")
+            return _type_test(parent)
+        if in_collection and isinstance(parent, ast.Assign) and child is parent.value:
+            names = {t.id for t in parent.targets if isinstance(t, ast.Name)}
+            uses = [n for n in src.nodes if isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load)]
+            return bool(uses) and all(_type_test(src.parent(u)) or isinstance(src.parent(u), ast.Compare) for u in uses)
         if isinstance(parent, (ast.arg, ast.AnnAssign)) and child is getattr(parent, "annotation", None):
             return True
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and child is parent.returns:
@@ -130,3 +141,7 @@ def _type_use(src: Source, node: ast.AST) -> bool:
             continue
         return False
     return False
+
+
+def _type_test(node) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass")
