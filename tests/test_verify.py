@@ -396,4 +396,4 @@ def test_a_shard_made_by_hand_with_subset_passes_and_a_shared_one_fails(workdir,
     assert by_name(report)["data-sharded"].status == "fail"
     monkeypatch.setenv("SHARD", "uneven")  # disjoint, but the ranks take different numbers of steps
     report = verify(VerifyOptions(script=script, timeout=30.0))
-    assert "of different sizes (96, 160 samples)" in by_name(report)["data-sharded"].message
+    assert "of different sizes (96, 160 samples, 12, 20 batches)" in by_name(report)["data-sharded"].message

@@ -300,11 +300,15 @@ def check_sharded(records: Records) -> Check:
         union = set().union(*map(set, subsets))
         if len(union) == sum(len(s) for s in subsets):
             sizes = sorted({len(s) for s in subsets})
-            if len(sizes) > 1:
+            batch, drop = sample.get("batch_size"), sample.get("drop_last")
+            steps = {
+                (len(sub) // batch if drop else -(-len(sub) // batch)) if batch else len(sub) for sub in subsets
+            }
+            if len(steps) > 1:  # (20 and 19 samples in batches of 4: 5 steps each -- fine)
                 return check.fail(
                     f"each rank trains on its own Subset, but of different sizes ({', '.join(map(str, sizes))} "
-                    "samples): the ranks take different numbers of steps, and the one that goes on waits "
-                    "in a collective for the ones that stopped",
+                    f"samples, {', '.join(map(str, sorted(steps)))} batches): the ranks take different numbers "
+                    "of steps, and the one that goes on waits in a collective for the ones that stopped",
                     location=location,
                     advice="give every rank as many samples (DistributedSampler pads or drops to make it so)",
                 )

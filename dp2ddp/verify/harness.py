@@ -465,15 +465,23 @@ class _RecordingIter:
         harness.passes[key] = harness.passes.get(key, -1) + 1
         self.number = harness.passes[key]
         self.start_step = harness.steps
+        from torch.utils.data import BatchSampler
+
         sampler = getattr(self.loader, "sampler", None)
         batches = getattr(self.loader, "batch_sampler", None)
         inner = getattr(batches, "sampler", None)
         via_batch_sampler = inner is not None and inner is not sampler  # DataLoader(batch_sampler=...)
+        # a batch sampler of its own (a bucketing one) draws the indices itself
+        own_batches = batches is not None and not isinstance(batches, BatchSampler) and inner is None
         if via_batch_sampler:
             sampler = inner
+        elif own_batches:
+            sampler = batches
         info: Dict[str, Any] = {"sampler": type(sampler).__name__ if sampler is not None else None}
         if via_batch_sampler:
             info["batch_sampler"] = type(batches).__name__
+        info["batch_size"] = getattr(self.loader, "batch_size", None)
+        info["drop_last"] = bool(getattr(self.loader, "drop_last", False))
         try:
             info["dataset_len"] = len(self.loader.dataset)
         except TypeError:
@@ -497,7 +505,8 @@ class _RecordingIter:
         else:
             info["shuffle"] = type(sampler).__name__ == "RandomSampler"
             try:
-                info["sampler_len"] = len(sampler)
+                # (a batch sampler's length counts batches, not samples)
+                info["sampler_len"] = None if own_batches else len(sampler)
             except TypeError:
                 info["sampler_len"] = None
         self.replay: Optional[List[List[int]]] = None
