@@ -646,7 +646,7 @@ def _binds(node: cst.CSTNode, name: str) -> bool:
 #: seeding calls, and the draws that a seed makes the same in every process
 _SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed_all", "torch.cuda.manual_seed"})
 _RANDOM_DRAWS = frozenset(
-    "torch." + f for f in ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "randperm", "normal", "bernoulli", "multinomial")
+    "torch." + f for f in ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "normal", "bernoulli")
 )
 _TENSOR_FACTORIES = frozenset(
     "torch." + f for f in ("full", "zeros", "ones", "empty", "randn", "rand")

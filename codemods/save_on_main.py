@@ -197,6 +197,9 @@ class SaveOnMainProcess(MainProcessGuard):
         call = A.long_lived_writer(self.ast_source, stmt) if stmt is not None else None
         if call is None or P.under_main_process_check(self, node):
             return
+        func = self.ast_source.function_of(stmt)
+        if func is not None and not A.called_unguarded(self.ast_source, func):
+            return  # (as lint: a helper this file never calls is its callers' to guard)
         if any(isinstance(i.item, cst.Call) and self._per_rank_path(i.item) for i in node.items):
             return
         from .rules.save_on_every_rank import LONG_LIVED_MESSAGE

@@ -40,7 +40,7 @@ class UnusedParameters(Transform):
         return role.in_program and not role.already_distributed
 
     def visit_Module(self, node: cst.Module) -> bool:
-        for cls_name, attr, call in conditional_layers(self.ast_source.tree):
+        for cls_name, attr, call in conditional_layers(self.ast_source.tree, self.ast_source.qualname):
             stmt = self.statement_at(call.lineno)
             if stmt is None:
                 continue
@@ -66,7 +66,7 @@ _PARAMETER_FREE = frozenset({
 })
 
 
-def conditional_layers(tree: ast.Module) -> Iterator[Tuple[str, str, ast.Call]]:
+def conditional_layers(tree: ast.Module, qualname=None) -> Iterator[Tuple[str, str, ast.Call]]:
     """(class, attribute, first call) for each layer of a class of the file that
     its ``forward`` calls, but not on every path through it (one branch of an
     ``if``, a conditional expression, the right of ``and``/``or``) -- a layer with
@@ -76,7 +76,7 @@ def conditional_layers(tree: ast.Module) -> Iterator[Tuple[str, str, ast.Call]]:
         forward, init = methods.get("forward"), methods.get("__init__")
         if forward is None or init is None:
             continue
-        layers = _layers(init)
+        layers = _layers(init, qualname)
         always = _always(forward.body)
         seen: Set[str] = set()
         for call in _self_calls(forward):
@@ -86,7 +86,7 @@ def conditional_layers(tree: ast.Module) -> Iterator[Tuple[str, str, ast.Call]]:
                 yield cls.name, attr, call
 
 
-def _layers(init: ast.AST) -> Set[str]:
+def _layers(init: ast.AST, qualname=None) -> Set[str]:
     """``self.x = nn.Linear(...)`` in ``__init__``: x, for a layer that may have parameters."""
     found = set()
     for node in ast.walk(init):
@@ -95,8 +95,10 @@ def _layers(init: ast.AST) -> Set[str]:
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if not name or name in _PARAMETER_FREE or not name[:1].isupper():
                 continue  # a function's result (a tensor, a list): not a layer
-            if name.endswith("Loss") and name != "AdaptiveLogSoftmaxWithLoss":
-                continue  # nn.CrossEntropyLoss(): no parameters
+            if name.endswith("Loss") and name != "AdaptiveLogSoftmaxWithLoss" and (
+                qualname is None or qualname(func).startswith("torch.")
+            ):
+                continue  # nn.CrossEntropyLoss(): no parameters (a project's CenterLoss may have some)
             for target in node.targets:
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
                     found.add(target.attr)
