@@ -636,18 +636,24 @@ def long_lived_writer(src: Source, stmt: ast.With) -> Optional[ast.Call]:
 
 
 def prints_to_a_rank_file(src: Source, call: ast.Call) -> bool:
-    """``print(..., file=f)`` where ``f`` may be this rank's own file -- opened
-    (``with open(P) as f``, ``f = open(P)``) on a path that names the rank, or
-    handed in (a parameter: the caller's file): per-rank output every rank must
-    write.  ``sys.stdout``/``sys.stderr`` and a file opened on a shared path are
-    output like any other."""
+    """``print(..., file=f)`` where ``f`` may be this rank's own file: opened in the
+    print's function (``with open(P) as f``, ``f = open(P)``, ``P.open()``) on a
+    path that names the rank -- directly or through a variable of that function
+    -- an in-memory buffer, or handed in (a parameter: the caller's file).
+    ``sys.stdout``/``sys.stderr`` and a file opened on a shared path are output
+    like any other."""
     handle = next((k.value for k in call.keywords if k.arg == "file"), None)
     if handle is None or dotted(handle) in ("sys.stdout", "sys.stderr"):
         return False
+    if isinstance(handle, ast.Call):
+        return last_name(handle.func) in ("StringIO", "BytesIO")
     if not isinstance(handle, ast.Name):
         return True  # ``file=self.log``: not known here
+    scope = src.function_of(call)
     opens = []
     for node in src.of_type(ast.withitem, ast.Assign):
+        if src.function_of(node) is not scope:
+            continue
         if isinstance(node, ast.withitem):
             if isinstance(node.optional_vars, ast.Name) and node.optional_vars.id == handle.id:
                 opens.append(node.context_expr)
@@ -655,11 +661,34 @@ def prints_to_a_rank_file(src: Source, call: ast.Call) -> bool:
             opens.append(node.value)
     if not opens:
         return True  # a parameter: the caller's file
-    return all(
-        isinstance(o, ast.Call) and isinstance(o.func, ast.Name) and o.func.id == "open" and o.args
-        and any(is_rank_expr(src, n) for n in ast.walk(o.args[0]) if isinstance(n, (ast.Name, ast.Attribute, ast.Call)))
-        for o in opens
-    )
+    return all(_rank_file(src, o, scope) for o in opens)
+
+
+def _rank_file(src: Source, opened: ast.AST, scope) -> bool:
+    """``open(P, ...)``, ``P.open(...)`` or a StringIO, with P naming the rank."""
+    if not isinstance(opened, ast.Call):
+        return False
+    if last_name(opened.func) in ("StringIO", "BytesIO"):
+        return True
+    if isinstance(opened.func, ast.Name) and opened.func.id == "open" and opened.args:
+        path = opened.args[0]
+    elif isinstance(opened.func, ast.Attribute) and opened.func.attr == "open":
+        path = opened.func.value  # pathlib: (out / f"log_{rank}.txt").open("a")
+    else:
+        return False
+
+    def names_rank(expr: ast.AST, depth: int = 0) -> bool:
+        for n in ast.walk(expr):
+            if isinstance(n, (ast.Name, ast.Attribute, ast.Call)) and is_rank_expr(src, n):
+                return True
+            if isinstance(n, ast.Name) and depth < 2:
+                for a in src.of_type(ast.Assign):
+                    if src.function_of(a) is scope and any(isinstance(t, ast.Name) and t.id == n.id for t in a.targets):
+                        if names_rank(a.value, depth + 1):
+                            return True
+        return False
+
+    return names_rank(path)
 
 
 def pure_writes(stmt: ast.With) -> bool:
