@@ -130,8 +130,7 @@ def _type_use(src: Source, node: ast.AST) -> bool:
             return _type_test(parent)
         if in_collection and isinstance(parent, ast.Assign) and child is parent.value:
             names = {t.id for t in parent.targets if isinstance(t, ast.Name)}
-            uses = [n for n in src.nodes if isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load)]
-            return bool(uses) and all(_type_test(src.parent(u)) or isinstance(src.parent(u), ast.Compare) for u in uses)
+            return _types_only(src, names)
         if isinstance(parent, (ast.arg, ast.AnnAssign)) and child is getattr(parent, "annotation", None):
             return True
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and child is parent.returns:
@@ -141,6 +140,37 @@ def _type_use(src: Source, node: ast.AST) -> bool:
             continue
         return False
     return False
+
+
+def _types_only(src: Source, names: set) -> bool:
+    """A collection held by ``names`` serves type tests: some use reaches an
+    ``isinstance``/``issubclass`` or a comparison -- directly, through a loop or
+    comprehension variable over it (``any(isinstance(m, t) for t in DP_TYPES)``),
+    or through a parameter it is the default of -- and nothing calls its items
+    (``for wrap in WRAPPERS: model = wrap(model)``, ``WRAPPERS[0](model)``)."""
+    tested = called = False
+    todo, seen = set(names), set()
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        for use in src.nodes:
+            if not (isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load)):
+                continue
+            parent = src.parent(use)
+            if _type_test(parent) or isinstance(parent, ast.Compare):
+                tested = True
+            elif isinstance(parent, ast.Call) and parent.func is use:
+                called = True
+            elif isinstance(parent, ast.Subscript) and isinstance(src.parent(parent), ast.Call) and src.parent(parent).func is parent:
+                called = True
+            elif isinstance(parent, (ast.For, ast.comprehension)) and parent.iter is use and isinstance(parent.target, ast.Name):
+                todo |= {parent.target.id} - seen  # the items, one at a time
+            elif isinstance(parent, ast.arguments):
+                defaults = list(parent.defaults)
+                params = (parent.posonlyargs + parent.args)[len(parent.posonlyargs + parent.args) - len(defaults):]
+                todo |= {a.arg for a, d in zip(params, defaults) if d is use} - seen
+                todo |= {a.arg for a, d in zip(parent.kwonlyargs, parent.kw_defaults) if d is use} - seen
+    return tested and not called
 
 
 def _type_test(node) -> bool:

@@ -480,8 +480,8 @@ class _RecordingIter:
         info: Dict[str, Any] = {"sampler": type(sampler).__name__ if sampler is not None else None}
         if via_batch_sampler:
             info["batch_sampler"] = type(batches).__name__
-        info["batch_size"] = getattr(self.loader, "batch_size", None)
-        info["drop_last"] = bool(getattr(self.loader, "drop_last", False))
+        info["batch_size"] = getattr(self.loader, "batch_size", None) or getattr(batches, "batch_size", None)
+        info["drop_last"] = bool(getattr(self.loader, "drop_last", False) or getattr(batches, "drop_last", False))
         try:
             info["dataset_len"] = len(self.loader.dataset)
         except TypeError:
