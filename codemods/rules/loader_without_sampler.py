@@ -6,7 +6,10 @@ import ast
 from typing import Iterator
 
 from .. import _names as N
-from .._analysis import Source, argument, classify_loader, iterable_dataset, uses_distributed
+from .._analysis import (
+    Source, argument, assigned_name, calls_method, classify_loader, dotted, iterable_dataset, iterated,
+    uses_distributed,
+)
 from ._base import Diagnostic, Rule
 
 
@@ -62,7 +65,8 @@ class LoaderWithoutDistributedSampler(Rule):
             sampler, batch_sampler = argument(call, 3, "sampler"), argument(call, 4, "batch_sampler")
             if sampler is not None or batch_sampler is not None:
                 whole = _whole_dataset_sampler(src, sampler if sampler is not None else batch_sampler, call)
-                if whole and classify_loader(src, call) == "train":
+                kind = classify_loader(src, call)
+                if whole and (kind == "train" or kind == "unknown" and _trained_on(src, call)):
                     found = self.diagnostic(
                         src, call,
                         f"this training DataLoader's {whole} draws from the whole dataset on every rank: "
@@ -108,3 +112,15 @@ def _whole_dataset_sampler(src: Source, sampler: ast.AST, at: ast.AST, depth: in
     if name in N.RANDOM_SAMPLER | N.SEQUENTIAL_SAMPLER:
         return name.rsplit(".", 1)[-1]
     return ""
+
+
+def _trained_on(src: Source, call: ast.Call) -> bool:
+    """The loader (a name of no telling: ``loader``) is iterated by a loop that
+    calls ``backward()``: a training loader."""
+    name = assigned_name(src, call)
+    if not name:
+        return False
+    return any(
+        name in {dotted(x) for x in iterated(loop.iter)} and calls_method(loop, "backward")
+        for loop in src.of_type(ast.For)
+    )
