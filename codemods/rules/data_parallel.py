@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from typing import Iterator
 
 from .. import _names as N
@@ -87,19 +88,28 @@ class DataParallelInUse(Rule):
                     )
 
 
+_DATA_PARALLEL_WORD = re.compile(r"(?<!Distributed)DataParallel")
+
+
 def _bare_references(src: Source) -> Iterator[ast.AST]:
     """``wrap = nn.DataParallel``, ``build(model, nn.DataParallel)``, a default
     ``parallel=nn.DataParallel``: DataParallel named where it may be called later.
     A type test is harmless -- ``isinstance``/``issubclass``, ``type(m) in (...)``,
     ``is``/``==``, a tuple, list or set of types (``DP_TYPES = (DataParallel, DDP)``),
     an annotation -- and so are a class's bases and imports (reported elsewhere)."""
-    if "DataParallel" not in src.text:
+    if not _DATA_PARALLEL_WORD.search(src.text):
         return
-    for node in src.nodes:
+    # the local names bound to DataParallel by an import (``DataParallel``, ``DP``)
+    names = {local for local, qualified in src.aliases.items() if qualified in N.DATA_PARALLEL}
+    # the calls' and the classes' own names need no parent lookup (the usual case:
+    # ``nn.DataParallel(model)``), so most files never build the parent index here
+    explained = {id(c.func) for c in src.calls}
+    explained |= {id(b) for c in src.of_type(ast.ClassDef) for b in c.bases}
+    for node in src.of_type(ast.Attribute, ast.Name):
         if not (
             isinstance(node, ast.Attribute) and node.attr == "DataParallel"
-            or isinstance(node, ast.Name) and node.id in src.aliases and node.id != "DistributedDataParallel"
-        ):
+            or isinstance(node, ast.Name) and node.id in names
+        ) or id(node) in explained:
             continue
         if src.qualname(node) not in N.DATA_PARALLEL:
             continue
