@@ -161,9 +161,10 @@ def discover(
         extra_include = pathspec.GitIgnoreSpec.from_lines(include) if include else None
         extra = (extra_exclude, extra_include, tuple(include))
 
-    def add(path: Path) -> None:
-        # one file named two ways (a symlink to it, ``a/../a/x.py``) is one file
-        key = os.path.normcase(os.path.realpath(path))
+    def add(path: Path, resolved: Optional[str] = None) -> None:
+        # one file named two ways (a symlink to it, ``a/../a/x.py``) is one file;
+        # the walk knows each file's resolved path already (one realpath per folder)
+        key = os.path.normcase(resolved if resolved is not None else os.path.realpath(path))
         if key not in seen:
             seen.add(key)
             found.append(path)
@@ -178,12 +179,12 @@ def discover(
             skipped.append((given, "not a regular file or directory"))
             continue
         root = given.resolve()
-        for path in _walk(str(given), root, _Ignores.for_directory(root), extra, skipped):
-            add(path)
+        for path, resolved in _walk(str(given), root, _Ignores.for_directory(root), extra, skipped):
+            add(path, resolved)
     return found, skipped
 
 
-def _walk(directory: str, root: Path, ignores: _Ignores, extra, skipped, resolved: Optional[str] = None) -> Iterator[Path]:
+def _walk(directory: str, root: Path, ignores: _Ignores, extra, skipped, resolved: Optional[str] = None) -> Iterator[Tuple[Path, str]]:
     # plain strings and os.scandir (whose entries know their type): pathlib and a
     # stat per folder cost more than the walk itself on thousands of files
     try:
@@ -228,7 +229,7 @@ def _walk(directory: str, root: Path, ignores: _Ignores, extra, skipped, resolve
             if not entry.is_file(follow_symlinks=False):
                 skipped.append((Path(entry.path), "not a regular file (a FIFO, a device?), not read"))
                 continue
-            yield Path(entry.path)
+            yield Path(entry.path), resolved_here
 
 
 def _named_by_include(extra, path: str, root: Path, is_file: bool = False) -> bool:
