@@ -1036,6 +1036,8 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
                 for t in ast.walk(target)
                 if isinstance(t, (ast.Name, ast.Attribute))
             } - {""}
+        # (``steps = self.train_steps()``: a count of steps is the same on every rank)
+        from_trainers = {n for n in from_trainers if not _COUNT_NAME.match(n.rsplit(".", 1)[-1])}
         if sharded and (trains_here or from_trainers):
             from_trainers |= {
                 dotted(t)
@@ -1070,6 +1072,9 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
                 found.append((node, names))
     return found
 
+
+#: names of counts (steps, iterations, epochs): every rank takes as many
+_COUNT_NAME = re.compile(r"(?i)^(n_?|num_?|total_?|global_?)?(steps?|iters?|iterations?|it|counts?|epochs?|batches)$")
 
 #: collectives after which every rank holds the same value (``reduce`` gives it to one)
 _AGREEING = frozenset(
