@@ -471,8 +471,7 @@ class DataParallelToDDP(Transform):
             ):
                 self.manual(
                     original_node,
-                    "DataParallel is wrapped only under this condition: under DDP every "
-                    "process must wrap; move the wrap out of it by hand",
+                    _CONDITIONAL_WRAP,
                 )
             return updated_node
         if not P.is_gpu_guard(self, original_node.test) or (
@@ -480,8 +479,7 @@ class DataParallelToDDP(Transform):
         ):
             self.manual(
                 original_node,
-                "DataParallel is wrapped only under this condition: under DDP every "
-                "process must wrap; move the wrap out of it by hand",
+                _CONDITIONAL_WRAP,
             )
             return updated_node
         updated_body = list(updated_node.body.body)
@@ -552,8 +550,7 @@ class DataParallelToDDP(Transform):
             if not (same and P.is_gpu_guard(self, original_node.test)):
                 self.manual(
                     original_node,
-                    "DataParallel is wrapped only under this condition: under DDP every "
-                    "process must wrap; move the wrap out of it by hand",
+                    _CONDITIONAL_WRAP,
                 )
                 return updated_node
             self.changed(
@@ -568,8 +565,7 @@ class DataParallelToDDP(Transform):
         if self._wraps_here(original_node.body) or self._wraps_here(original_node.orelse):
             self.manual(
                 original_node,
-                "DataParallel is wrapped only under this condition: under DDP every "
-                "process must wrap; move the wrap out of it by hand",
+                _CONDITIONAL_WRAP,
             )
         return updated_node
 
@@ -585,6 +581,11 @@ class DataParallelToDDP(Transform):
             ),
         )
 
+
+_CONDITIONAL_WRAP = (
+    "DataParallel is wrapped only under this condition: under DDP every process must wrap; "
+    "move the wrap out of it by hand"
+)
 
 #: Synchronized-BatchNorm-PyTorch's DataParallel helpers (``sync_batchnorm.replicate``)
 _DATA_PARALLEL_ONLY = frozenset({"patch_replication_callback"})  # (DataParallelWithCallback: DDP009)
