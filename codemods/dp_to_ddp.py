@@ -469,18 +469,12 @@ class DataParallelToDDP(Transform):
             if self._wraps_here(original_node.body) or (
                 original_node.orelse is not None and self._wraps_here(original_node.orelse)
             ):
-                self.manual(
-                    original_node,
-                    _CONDITIONAL_WRAP,
-                )
+                self.manual(original_node, _CONDITIONAL_WRAP)
             return updated_node
         if not P.is_gpu_guard(self, original_node.test) or (
             original_node.orelse is not None and not isinstance(original_node.orelse, cst.Else)
         ):
-            self.manual(
-                original_node,
-                _CONDITIONAL_WRAP,
-            )
+            self.manual(original_node, _CONDITIONAL_WRAP)
             return updated_node
         updated_body = list(updated_node.body.body)
         wraps = [updated_body[i] for i in indices]
@@ -548,10 +542,7 @@ class DataParallelToDDP(Transform):
             name = P.dotted_name(_unmoved(module)) if module is not None else ""
             same = bool(name) and P.dotted_name(_unmoved(other)) == name
             if not (same and P.is_gpu_guard(self, original_node.test)):
-                self.manual(
-                    original_node,
-                    _CONDITIONAL_WRAP,
-                )
+                self.manual(original_node, _CONDITIONAL_WRAP)
                 return updated_node
             self.changed(
                 original_node,
@@ -563,10 +554,7 @@ class DataParallelToDDP(Transform):
                 lpar=[*original_node.lpar, *converted.lpar], rpar=[*converted.rpar, *original_node.rpar]
             )
         if self._wraps_here(original_node.body) or self._wraps_here(original_node.orelse):
-            self.manual(
-                original_node,
-                _CONDITIONAL_WRAP,
-            )
+            self.manual(original_node, _CONDITIONAL_WRAP)
         return updated_node
 
     def _wraps_here(self, block: cst.CSTNode) -> bool:
