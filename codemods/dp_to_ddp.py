@@ -211,16 +211,21 @@ class DataParallelToDDP(Transform):
         if module_arg is None:
             self.manual(original, "DataParallel call without a module")
             return updated
-        local_rank = self.rank_name(original, "local_rank")
-        device = self.rank_name(original, "device")
-        if local_rank is None or device is None:
-            self.manual(original, f"DataParallel left as is: {self.no_rank_device(original)}")
-            return updated
         original_module = next(
             (a.value for a in original.args if a.keyword is None or a.keyword.value == "module"), None
         )
-        moved = m.matches(module_arg, P.DEVICE_MOVE)
-        if not moved and not self.already_moved(original_module, original):
+        moved = m.matches(module_arg, P.DEVICE_MOVE) or self.already_moved(original_module, original)
+        # this process's device only where the wrap moves the module (no unused
+        # ``device = ...`` next to the script's own ``self.device``)
+        device = None if moved else self.rank_name(original, "device")
+        if not moved and device is None:
+            self.manual(original, f"DataParallel left as is: {self.no_rank_device(original)}")
+            return updated
+        local_rank = self.rank_name(original, "local_rank")
+        if local_rank is None:
+            self.manual(original, f"DataParallel left as is: {self.no_rank_device(original)}")
+            return updated
+        if not moved:
             module_arg = cst.Call(
                 func=cst.Attribute(value=module_arg, attr=cst.Name("to")),
                 args=[cst.Arg(cst.Name(device))],

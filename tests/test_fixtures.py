@@ -79,6 +79,8 @@ def test_a_wrap_left_for_a_human_is_finished_by_converting_again():
         '    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")\n',
     )
     assert fixed != case.read_text()
+    if "import os\n" not in fixed:
+        fixed = fixed.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport os\n", 1)
     fixed = fixed.replace("import os\n", "import os\nimport torch.distributed as dist\n", 1)
     fixed = fixed.replace("def fit(", 'def init_distributed():\n    """Join (added by dp2ddp)."""\n'
                           '    dist.init_process_group("gloo")\n\n\ndef fit(', 1)
