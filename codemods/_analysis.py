@@ -575,10 +575,7 @@ def open_for_writing(src: Source, stmt: ast.With) -> List[ast.Call]:
     calls = []
     for item in stmt.items:
         call = item.context_expr
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "open" and call.args):
-            return []
-        mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
-        if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax+")):
+        if not _opens_to_write(call, "wax+"):
             return []
         calls.append(call)
     for line in stmt.body:
@@ -597,6 +594,14 @@ def open_for_writing(src: Source, stmt: ast.With) -> List[ast.Call]:
     return calls
 
 
+def _opens_to_write(call: ast.AST, modes: str) -> bool:
+    """``open(P, mode)`` with a literal mode holding one of ``modes``."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "open" and call.args):
+        return False
+    mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in modes)
+
+
 def long_lived_writer(src: Source, stmt: ast.With) -> Optional[ast.Call]:
     """The ``open(P, "w")`` of a ``with`` that keeps the file open around other
     work (the training loop) and writes to it there -- ``f.write``, a csv writer,
@@ -606,10 +611,7 @@ def long_lived_writer(src: Source, stmt: ast.With) -> Optional[ast.Call]:
         return None
     item = stmt.items[0]
     call = item.context_expr
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "open" and call.args):
-        return None
-    mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
-    if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax")):
+    if not _opens_to_write(call, "wax"):
         return None
     handle = item.optional_vars.id if isinstance(item.optional_vars, ast.Name) else None
     if handle is None:
