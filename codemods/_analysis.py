@@ -567,6 +567,26 @@ def called_only_on_main(src: Source, func: ast.AST) -> bool:
     return bool(name) and called and not called_unguarded(src, func)
 
 
+#: ``bound_values``'s default scope: every function and the module
+_ANYWHERE = object()
+
+
+def bound_values(src: Source, name: str, scope=_ANYWHERE, with_items: bool = False) -> List[ast.AST]:
+    """The values ``name`` is bound to by ``name = V`` -- and, with ``with_items``,
+    by ``with V as name`` -- in the function ``scope`` (None: module level), or
+    anywhere in the file."""
+    values = []
+    for node in src.of_type(ast.Assign, ast.withitem) if with_items else src.of_type(ast.Assign):
+        if scope is not _ANYWHERE and src.function_of(node) is not scope:
+            continue
+        if isinstance(node, ast.Assign):
+            if any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                values.append(node.value)
+        elif isinstance(node.optional_vars, ast.Name) and node.optional_vars.id == name:
+            values.append(node.context_expr)
+    return values
+
+
 def open_for_writing(src: Source, stmt: ast.With) -> List[ast.Call]:
     """The ``open(P, "w")`` calls of a ``with`` whose items all open a file to write
     (a literal mode with w, a, x or +) and whose body only writes it -- dumps,
@@ -652,15 +672,7 @@ def prints_to_a_rank_file(src: Source, call: ast.Call) -> bool:
     if not isinstance(handle, ast.Name):
         return True  # ``file=self.log``: not known here
     scope = src.function_of(call)
-    opens = []
-    for node in src.of_type(ast.withitem, ast.Assign):
-        if src.function_of(node) is not scope:
-            continue
-        if isinstance(node, ast.withitem):
-            if isinstance(node.optional_vars, ast.Name) and node.optional_vars.id == handle.id:
-                opens.append(node.context_expr)
-        elif any(isinstance(t, ast.Name) and t.id == handle.id for t in node.targets):
-            opens.append(node.value)
+    opens = bound_values(src, handle.id, scope, with_items=True)
     if not opens:
         return True  # a parameter: the caller's file
     return all(_rank_file(src, o, scope) for o in opens)
@@ -684,10 +696,8 @@ def _rank_file(src: Source, opened: ast.AST, scope) -> bool:
             if isinstance(n, (ast.Name, ast.Attribute, ast.Call)) and is_rank_expr(src, n):
                 return True
             if isinstance(n, ast.Name) and depth < 2:
-                for a in src.of_type(ast.Assign):
-                    if src.function_of(a) is scope and any(isinstance(t, ast.Name) and t.id == n.id for t in a.targets):
-                        if names_rank(a.value, depth + 1):
-                            return True
+                if any(names_rank(value, depth + 1) for value in bound_values(src, n.id, scope)):
+                    return True
         return False
 
     return names_rank(path)
@@ -917,10 +927,7 @@ def iterable_dataset(src: Source, dataset: Optional[ast.AST]) -> bool:
     from it, maybe through another -- built there or assigned to the name once.
     (A stream: a DistributedSampler cannot shard it; DataLoader refuses one.)"""
     if isinstance(dataset, ast.Name):
-        values = [
-            a.value for a in src.of_type(ast.Assign)
-            if any(isinstance(t, ast.Name) and t.id == dataset.id for t in a.targets)
-        ]
+        values = bound_values(src, dataset.id)
         dataset = values[0] if len(values) == 1 else dataset
     if not isinstance(dataset, ast.Call):
         return False

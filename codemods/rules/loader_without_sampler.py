@@ -7,7 +7,7 @@ from typing import Iterator
 
 from .. import _names as N
 from .._analysis import (
-    Source, argument, assigned_name, calls_method, classify_loader, dotted, iterable_dataset, iterated,
+    Source, argument, assigned_name, bound_values, calls_method, classify_loader, dotted, iterable_dataset, iterated,
     uses_distributed,
 )
 from ._base import Diagnostic, Rule
@@ -93,12 +93,7 @@ def _whole_dataset_sampler(src: Source, sampler: ast.AST, at: ast.AST, depth: in
     if depth > 3:
         return ""  # (``sampler = BatchSampler(sampler, ...)``: a name that refers to itself)
     if isinstance(sampler, ast.Name):
-        scope = src.function_of(at)
-        values = [
-            a.value for a in src.of_type(ast.Assign)
-            if src.function_of(a) is scope
-            and any(isinstance(t, ast.Name) and t.id == sampler.id for t in a.targets)
-        ]
+        values = bound_values(src, sampler.id, src.function_of(at))
         if len(values) != 1:
             return ""
         sampler = values[0]

@@ -11,6 +11,7 @@ from .._analysis import (
     called_unguarded,
     is_rank_expr,
     on_main_process_only,
+    bound_values,
     long_lived_writer,
     open_for_writing,
     pure_writes,
@@ -139,13 +140,10 @@ def _per_rank(src: Source, target: ast.AST) -> bool:
     base = target.value if isinstance(target, ast.Attribute) else target
     if not isinstance(base, ast.Name):
         return src.qualname(getattr(target, "func", None)).startswith("tempfile.")
-    for node in src.of_type(ast.Assign, ast.withitem):
-        value = node.value if isinstance(node, ast.Assign) else node.context_expr
-        targets = node.targets if isinstance(node, ast.Assign) else [node.optional_vars]
-        if any(isinstance(t, ast.Name) and t.id == base.id for t in targets):
-            if isinstance(value, ast.Call) and src.qualname(value.func).startswith("tempfile."):
-                return True
-    return False
+    return any(
+        isinstance(value, ast.Call) and src.qualname(value.func).startswith("tempfile.")
+        for value in bound_values(src, base.id, with_items=True)
+    )
 
 
 def _in_memory(src: Source, target: ast.AST) -> bool:
@@ -153,12 +151,7 @@ def _in_memory(src: Source, target: ast.AST) -> bool:
         return True
     if not isinstance(target, ast.Name):
         return False
-    for node in src.of_type(ast.Assign, ast.withitem):
-        if isinstance(node, ast.Assign):
-            if any(isinstance(t, ast.Name) and t.id == target.id for t in node.targets):
-                if src.is_call(node.value, {"io.BytesIO", "io.StringIO"}):
-                    return True
-        elif isinstance(node.optional_vars, ast.Name) and node.optional_vars.id == target.id:
-            if src.is_call(node.context_expr, {"io.BytesIO", "io.StringIO"}):
-                return True
-    return False
+    return any(
+        src.is_call(value, {"io.BytesIO", "io.StringIO"})
+        for value in bound_values(src, target.id, with_items=True)
+    )
