@@ -75,9 +75,7 @@ class DataParallelToDDP(Transform):
         if self._hand_made:
             return
         self.drop_imports_if_unused(lambda qualified, bound: qualified in N.DATA_PARALLEL)
-        from .rules.data_parallel import _bare_references
-
-        for reference in _bare_references(self.ast_source):
+        for reference in A.bare_data_parallel_references(self.ast_source):
             stmt = self.statement_at(reference.lineno)
             if stmt is not None:
                 self.manual(

@@ -29,6 +29,7 @@ from typing import Optional, Set
 import libcst as cst
 import libcst.matchers as m
 
+from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
@@ -71,9 +72,7 @@ class WrapModel(Transform):
         if key in self._wrapped or self._is_ddp(model, node):
             return
         self._wrapped.add(key)
-        from .rules.data_parallel import _bare_references
-
-        references = list(_bare_references(self.ast_source))
+        references = list(A.bare_data_parallel_references(self.ast_source))
         if references:
             self.manual(
                 node,
