@@ -47,6 +47,11 @@ def _target(path: str) -> Tuple[str, str]:
     return ("" if rel == "." else f"cd {shlex.quote(rel)} && "), f"-m {module}"
 
 
+def job_name(stem: str) -> str:
+    """A word for an rdzv id or a Slurm job name (a file named ``tr ain.py``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "job"
+
+
 def single_node(path: str, nproc: str = "gpu", args: Sequence[str] = ()) -> str:
     extra = " " + " ".join(shlex.quote(a) for a in args) if args else ""
     cd, target = _target(path)
@@ -54,7 +59,7 @@ def single_node(path: str, nproc: str = "gpu", args: Sequence[str] = ()) -> str:
 
 
 def multi_node(path: str, nproc: str = "gpu", nnodes: str = "2", args: Sequence[str] = ()) -> str:
-    job = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.splitext(os.path.basename(path))[0]) or "job"
+    job = job_name(os.path.splitext(os.path.basename(path))[0])
     extra = " " + " ".join(shlex.quote(a) for a in args) if args else ""
     cd, target = _target(path)
     return (

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import stat
 from datetime import datetime, timezone
@@ -235,7 +234,7 @@ def emit_launch(directory: Path, entries: Sequence[str], nproc: str = "gpu") -> 
                 relative = os.path.relpath(os.path.abspath(entry))
                 stem = os.path.splitext(relative)[0].replace(os.sep, "_").replace(".", "").lstrip("_")
         script = os.path.relpath(os.path.abspath(entry), os.path.abspath(directory))
-        job = re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "job"  # (an rdzv id, a Slurm job name)
+        job = launch.job_name(stem)
         form = launch.module_form(entry)  # a package's module: run with -m from above the package
         for name, template in (
             (f"{stem}_torchrun.sh", SINGLE),
