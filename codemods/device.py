@@ -189,9 +189,7 @@ class RankDevice(Transform):
 
     def _gpu_option(self, call: cst.Call) -> None:
         """``parser.add_argument("--gpu-ids", ...)``: that option no longer picks GPUs."""
-        if not m.matches(call.func, m.Attribute(attr=m.Name("add_argument"))) or not call.args:
-            return
-        flag = P.string_value(call.args[0].value) or ""
+        flag = _option_flag(call)
         if flag.lstrip("-").replace("-", "_") in _GPU_OPTIONS:
             self.note(
                 call,
@@ -333,12 +331,15 @@ def _int_literal(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Integer)
 
 
+def _option_flag(call: cst.Call) -> str:
+    """``--gpu-ids`` of ``parser.add_argument("--gpu-ids", ...)``; "" for other calls."""
+    if not m.matches(call.func, m.Attribute(attr=m.Name("add_argument"))) or not call.args:
+        return ""
+    return P.string_value(call.args[0].value) or ""
+
+
 def _local_rank_option(call: cst.Call) -> bool:
-    return (
-        m.matches(call.func, m.Attribute(attr=m.Name("add_argument")))
-        and bool(call.args)
-        and P.string_value(call.args[0].value) in ("--local_rank", "--local-rank")
-    )
+    return _option_flag(call) in ("--local_rank", "--local-rank")
 
 
 _GPU_OPTIONS = frozenset(

@@ -216,10 +216,8 @@ class DataParallelToDDP(Transform):
         # this process's device only where the wrap moves the module (no unused
         # ``device = ...`` next to the script's own ``self.device``)
         device = None if moved else self.rank_name(original, "device")
-        if not moved and device is None:
-            self.manual(original, f"DataParallel left as is: {self.no_rank_device(original)}")
-            return updated
-        local_rank = self.rank_name(original, "local_rank")
+        # local_rank only once the device is settled: no preamble for a wrap left as is
+        local_rank = self.rank_name(original, "local_rank") if moved or device is not None else None
         if local_rank is None:
             self.manual(original, f"DataParallel left as is: {self.no_rank_device(original)}")
             return updated
