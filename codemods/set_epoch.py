@@ -56,7 +56,6 @@ class SetEpoch(Transform):
         self._before_stmt: Dict[cst.CSTNode, List[str]] = {}
         self._all_calls: Optional[List[cst.Call]] = None
         self._iter_reported: Set[str] = set()
-        self._stops: Optional[Dict[int, Set[str]]] = None
 
     # ------------------------------------------------------------------ finding
     def _through_wrappers(self, loader: cst.BaseExpression, at: cst.CSTNode) -> List[cst.BaseExpression]:
@@ -200,20 +199,16 @@ class SetEpoch(Transform):
         calls the training one, or in a function that is handed the loader)."""
         if "backward" not in self.module.code or not ("break" in self.module.code or "return" in self.module.code):
             return
-        self._stops = {stop.lineno: names for stop, names in A.rank_local_stops(self.ast_source)}
-        for line, names in sorted(self._stops.items()):
-            stmt = self.statement_at(line)
+        for stop, names in sorted(A.rank_local_stops(self.ast_source), key=lambda found: found[0].lineno):
+            stmt = self.statement_at(stop.lineno)
             if stmt is not None:
-                self._report_stop(stmt, names)
-
-    def _report_stop(self, stmt: cst.CSTNode, names) -> None:
-        self.manual(
-            stmt,
-            f"the loop stops on a value computed from this rank's shard ({', '.join(sorted(names))}): "
-            "ranks may stop at different times and the others wait forever in their next "
-            "all-reduce; all_reduce the value (or decide on rank 0 and broadcast) first",
-            code="DDP307",  # lint's code for it (`dp2ddp rule DDP307`)
-        )
+                self.manual(
+                    stmt,
+                    f"the loop stops on a value computed from this rank's shard ({', '.join(sorted(names))}): "
+                    "ranks may stop at different times and the others wait forever in their next "
+                    "all-reduce; all_reduce the value (or decide on rank 0 and broadcast) first",
+                    code="DDP307",  # lint's code for it (`dp2ddp rule DDP307`)
+                )
 
     def _epoch_loop(self, batch_loop: cst.For) -> Optional[cst.For]:
         candidates = []
