@@ -210,22 +210,18 @@ def _apply_noqa(
             if codes is None:
                 continue  # a bare noqa may be meant for another tool
             unknown = {c for c in codes if _OUR_CODE.match(c) and c not in BY_CODE}
-            if unknown:
-                kept.append(
-                    Diagnostic(
-                        src.path, line, column, line, column, rule.CODE, rule.NAME, rule.SEVERITY,
-                        f"noqa: {', '.join(sorted(unknown))}: no such rule (see `dp2ddp rule --all`)",
-                    )
-                )
             unused = {c for c in codes if _OUR_CODE.match(c) and (ran is None or c in ran)} - used.get(line, set())
-            if unused:
-                what = f"noqa: {', '.join(sorted(unused))}"
-                kept.append(
-                    Diagnostic(
-                        src.path, line, column, line, column, rule.CODE, rule.NAME, rule.SEVERITY,
-                        f"unused {what}: nothing is suppressed here",
+            for found, message in (
+                (unknown, "noqa: {}: no such rule (see `dp2ddp rule --all`)"),
+                (unused, "unused noqa: {}: nothing is suppressed here"),
+            ):
+                if found:
+                    kept.append(
+                        Diagnostic(
+                            src.path, line, column, line, column, rule.CODE, rule.NAME, rule.SEVERITY,
+                            message.format(", ".join(sorted(found))),
+                        )
                     )
-                )
     return kept
 
 
