@@ -662,7 +662,7 @@ def _private_copy(path: str, scratch: str, keep: bool, folder: bool) -> None:
             else:
                 os.unlink(path)
     except FileNotFoundError:
-        pass  # another rank did it first
+        pass  # a dangling link (its target gone): nothing of the user's to keep
 
 
 def _own_folder(link: str) -> None:

@@ -70,7 +70,7 @@ def _env(directory: str, options) -> Dict[str, str]:
     return env
 
 
-def fork_ranks(directory: str, options, cwd: str, launched: Optional[Launched] = None) -> Launched:
+def fork_ranks(directory: str, options, cwd: str, launched: Launched) -> Launched:
     """One machine: fork ``nproc`` ranks from this (torch-importing) process.
     ``launched`` gets each process as it starts (stopped if this is interrupted)."""
     import torch  # noqa: F401  - imported once, before forking
@@ -79,7 +79,6 @@ def fork_ranks(directory: str, options, cwd: str, launched: Optional[Launched] =
     nproc = options.nproc_per_node
     base_env = _env(directory, options)
     run_id = uuid.uuid4().hex[:8]
-    launched = launched if launched is not None else Launched()
     pipes = []
     sys.stdout.flush()
     sys.stderr.flush()
@@ -141,11 +140,10 @@ def fork_ranks(directory: str, options, cwd: str, launched: Optional[Launched] =
     return launched
 
 
-def torchrun_nodes(directory: str, options, cwd: str, launched: Optional[Launched] = None) -> Launched:
+def torchrun_nodes(directory: str, options, cwd: str, launched: Launched) -> Launched:
     """``nnodes`` torchrun agents on this machine, c10d rendezvous on 127.0.0.1."""
     env = dict(os.environ)
     env.update(_env(directory, options))
-    launched = launched if launched is not None else Launched()
     port = free_port()
     run_id = f"verify-{uuid.uuid4().hex[:8]}"
     for node in range(options.nnodes):
