@@ -382,11 +382,10 @@ class DistributedSamplerTransform(Transform):
         target = self._assigned_name(loader)
         if not target:
             return
-        seeded = [
-            c for c in P.find(self.module, cst.Call)
-            if self.is_call(c, _SEEDS) and "rank" not in self.module.code_for_node(c).lower()
-        ]
-        if not seeded:
+        if not any(
+            self.is_call(c, _SEEDS) and "rank" not in self.module.code_for_node(c).lower()
+            for c in P.find(self.module, cst.Call)
+        ):
             return
         for loop in P.find(self.enclosing_function(loader) or self.module, cst.For):
             if target not in {P.dotted_name(x) for x in _iterated(loop.iter)}:

@@ -18,7 +18,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 SKIP_DIRS = frozenset(
     {
@@ -144,6 +144,15 @@ def _is_venv(entries: Sequence[os.DirEntry]) -> bool:
     return False
 
 
+class _Patterns(NamedTuple):
+    """The command line's ``--exclude``/``--include`` patterns, compiled; the
+    include patterns as given too (they may name a folder skipped by default)."""
+
+    exclude: Optional[object]
+    include: Optional[object]
+    include_patterns: Tuple[str, ...]
+
+
 def discover(
     paths: Iterable[Path],
     exclude: Sequence[str] = (),
@@ -159,7 +168,7 @@ def discover(
 
         extra_exclude = pathspec.GitIgnoreSpec.from_lines(exclude) if exclude else None
         extra_include = pathspec.GitIgnoreSpec.from_lines(include) if include else None
-        extra = (extra_exclude, extra_include, tuple(include))
+        extra = _Patterns(extra_exclude, extra_include, tuple(include))
 
     def add(path: Path, resolved: Optional[str] = None) -> None:
         # one file named two ways (a symlink to it, ``a/../a/x.py``) is one file;
@@ -236,13 +245,13 @@ def _named_by_include(extra, path: str, root: Path, is_file: bool = False) -> bo
     """A folder (or a file) skipped by default -- hidden, ``build/``, gitignored --
     that an ``--include`` pattern names, or names something in (``build/*``,
     ``.hidden/train.py``): it is taken after all."""
-    if extra is None or not extra[2]:
+    if extra is None or not extra.include_patterns:
         return False
     try:
         parts = Path(path).relative_to(root).parts
     except ValueError:
         return False
-    for pattern in extra[2]:
+    for pattern in extra.include_patterns:
         steps = pattern.strip().lstrip("/").split("/")
         longer = len(steps) == len(parts) if is_file else len(steps) > len(parts)
         folders = parts[:-1] if is_file else parts
@@ -257,7 +266,7 @@ def _named_by_include(extra, path: str, root: Path, is_file: bool = False) -> bo
 def _extra_excluded(extra, path: Path, root: Path, is_dir: bool) -> bool:
     if extra is None:
         return False
-    exclude, include = extra[:2]
+    exclude, include = extra.exclude, extra.include
     try:
         rel = Path(path).relative_to(root).as_posix()
     except ValueError:
