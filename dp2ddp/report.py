@@ -26,7 +26,10 @@ def diff(file: FileResult, color: bool = False) -> str:
     """Unified diff of one converted file (``a/``/``b/`` headers, like git)."""
     before = _text(file.source).splitlines(keepends=True)
     after = _text(file.output or b"").splitlines(keepends=True)
-    lines = list(difflib.unified_diff(before, after, f"a/{file.path}", f"b/{file.path}"))
+    # a name with a space ends with a tab, as git writes it: GNU patch reads a
+    # header's name up to the first tab, and to the first space without one
+    tab = "\t" if " " in file.path else ""
+    lines = list(difflib.unified_diff(before, after, f"a/{file.path}{tab}", f"b/{file.path}{tab}"))
     fixed = []
     for line in lines:
         if not line.endswith("\n"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -278,3 +279,23 @@ def test_colour_diff_on_request_and_plain_when_piped(tmp_path):
     assert all(line.endswith("\x1b[0m") for line in coloured.splitlines() if line.startswith("\x1b[3"))
     plain = run("convert", "train.py", cwd=tmp_path).stdout
     assert "\x1b[" not in plain and "+" in plain
+
+
+@pytest.mark.parametrize("tool", ["patch", "git"])
+def test_the_printed_diff_applies_with_patch_and_git_also_under_a_folder_with_a_space(tmp_path, tool):
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
+    folder = tmp_path / "my project"
+    folder.mkdir()
+    (folder / "train.py").write_bytes(DP_SCRIPT)
+    result = run("convert", "my project", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("--- a/my project/train.py\t\n+++ b/my project/train.py\t\n")
+    converted = tmp_path / "converted"
+    shutil.copytree(tmp_path / "my project", converted / "my project")
+    command = ["patch", "-p1", "--quiet"] if tool == "patch" else ["git", "apply", "-p1", "-"]
+    applied = subprocess.run(command, input=result.stdout, text=True, cwd=converted, capture_output=True)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    run("convert", "--write", "--allow-dirty", "my project", cwd=tmp_path)
+    assert (converted / "my project" / "train.py").read_bytes() == (folder / "train.py").read_bytes()
+    assert (folder / "train.py").read_bytes() != DP_SCRIPT
