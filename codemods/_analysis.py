@@ -1397,11 +1397,6 @@ def helper_whole_model_saves(src: Source, wrappers: FrozenSet[str]) -> Dict[int,
     return calls
 
 
-def _walk_here_body(func: ast.AST) -> Iterator[ast.AST]:
-    for stmt in func.body:
-        yield from _walk_here(stmt)
-
-
 def _wrapped_models(src: Source, wrappers: FrozenSet[str]) -> Iterator[Tuple[ast.Assign, str, Iterator[ast.stmt]]]:
     """``(assignment, model name, the statements after it)`` for each
     ``model = Wrapper(...)``; the statements stop where the name is bound to
