@@ -39,8 +39,8 @@ _CONVERT_ALSO = {"DDP103": "distributed-sampler", "DDP008": "process-group-setup
 
 
 def convert_code(code: str) -> Optional[str]:
-    """What a code that ``convert`` reports but no lint rule has means (DDP009
-    wrap-model, DDP103 batch-size notes): its transform's documentation."""
+    """What a code that ``convert`` reports but no lint rule has means (DDP103,
+    the batch-size notes): its transform's documentation."""
     import inspect
     import sys
 

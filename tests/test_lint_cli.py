@@ -473,8 +473,10 @@ def test_a_findings_fix_edits_are_the_whole_fix(tmp_path):
     assert applied == script.read_text()
 
 
-@pytest.mark.parametrize("code, transform", [("DDP103", "distributed-sampler"), ("DDP009", "wrap-model")])
-def test_rule_explains_the_codes_convert_reports_too(code, transform):
-    result = CliRunner().invoke(cli, ["rule", code])
-    assert result.exit_code == 0 and f"transform {transform}" in result.output
+def test_rule_explains_the_codes_convert_reports_too():
+    result = CliRunner().invoke(cli, ["rule", "DDP103"])
+    assert result.exit_code == 0 and "transform distributed-sampler" in result.output
     assert CliRunner().invoke(cli, ["rule", "DDP999"]).exit_code == 2
+    # a code with a lint rule and a transform (wrap-model) explains the rule
+    result = CliRunner().invoke(cli, ["rule", "DDP009"])
+    assert result.exit_code == 0 and "sharded-training-without-ddp" in result.output

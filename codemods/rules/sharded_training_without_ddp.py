@@ -1,0 +1,179 @@
+"""DDP009 sharded-training-without-ddp."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator, List, Optional
+
+from .. import _names as N
+from .._analysis import Source, argument, assigned_name, classify_loader, dotted, is_collective, is_eval_name
+from ._base import Diagnostic, Rule
+
+#: what synchronises gradients without DistributedDataParallel: FSDP, or a
+#: framework that wraps the model or the optimizer itself
+_SYNC_PREFIXES = (
+    "torch.distributed.fsdp",
+    "torch.distributed._composable",
+    "torch.distributed.optim",
+    "torch.distributed.algorithms",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed",
+)
+_FRAMEWORKS = ("horovod", "deepspeed", "accelerate", "apex", "fairscale", "lightning", "pytorch_lightning", "colossalai")
+#: words in the text without which nothing of the above can be named
+_SYNC_WORDS = re.compile(r"DistributedDataParallel|fsdp|fully_shard|_composable|distributed\.optim|algorithms")
+#: methods that return the same module (moved, compiled, switched to training)
+_SAME_MODULE = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval", "requires_grad_", "to_empty"})
+_PARAMETERS = frozenset({"parameters", "named_parameters"})
+
+
+class ShardedTrainingWithoutDDP(Rule):
+    """
+    ## What it does
+    Reports an optimizer over a model that is never wrapped in
+    DistributedDataParallel (nor FSDP, nor a framework's wrapper) in a file whose
+    data loader shards the data with a `DistributedSampler` and whose training
+    step runs the model itself (`model(x)` ... `loss.backward()`). Only models
+    built in the file (`Net()`, `torchvision.models.resnet18()`, moved with
+    `.to(device)`) are judged; one that comes from a helper (`model =
+    setup(model)`) may be wrapped there and is not reported, nor is a file that
+    all-reduces gradients by hand.
+
+    ## Why is this bad?
+    Nothing averages the gradients: each process updates its own copy of the
+    model from its own shard of the data, the copies drift apart, and rank 0
+    saves a model that saw 1/N of the data. The script runs without an error.
+
+    ## Example
+    ```python
+    loader = DataLoader(data, batch_size=32, sampler=DistributedSampler(data))
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ```
+
+    ## Use instead
+    ```python
+    model = DistributedDataParallel(Net().to(device), device_ids=[local_rank])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ```
+
+    ## Fix safety
+    No automatic fix (`dp2ddp convert` wraps the model of a single-GPU script; a
+    script that is distributed already is left to its author).
+    """
+
+    CODE = "DDP009"
+    NAME = "sharded-training-without-ddp"
+    SEVERITY = "error"
+    MESSAGE = (
+        "this optimizer trains `{name}`, which is never wrapped in DistributedDataParallel, on sharded "
+        "data (DistributedSampler): nothing averages the gradients, so each process trains its own copy "
+        "on its shard and the copies drift apart; wrap it ({name} = DistributedDataParallel({name}, "
+        "device_ids=[local_rank])) before training"
+    )
+    TRIGGERS = (("DistributedSampler", "backward"),)
+
+    def check(self, src: Source) -> Iterator[Diagnostic]:
+        if not _shards_training_data(src) or _synchronised(src):
+            return
+        called = {dotted(call.func) for call in src.calls}
+        for call in src.calls:
+            if not N.is_optimizer(src.qualname(call.func)):
+                continue
+            for name in _trained_models(src, call):
+                if name in called and _built_here(src, name):
+                    yield self.diagnostic(src, call, self.MESSAGE.format(name=name))
+                    break
+
+
+def _shards_training_data(src: Source) -> bool:
+    """A DistributedSampler that is not for evaluation (by its name, its
+    dataset's, or its loader's)."""
+    for sampler in src.calls_to(N.DISTRIBUTED_SAMPLER):
+        dataset = argument(sampler, 0, "dataset")
+        names = [assigned_name(src, sampler).rsplit(".", 1)[-1], dotted(dataset).rsplit(".", 1)[-1]]
+        if any(is_eval_name(name) for name in names if name):
+            continue
+        keyword = src.parent(sampler)
+        loader = src.parent(keyword) if isinstance(keyword, ast.keyword) else None
+        if isinstance(loader, ast.Call) and src.is_call(loader, N.DATA_LOADER) and classify_loader(src, loader) == "eval":
+            continue
+        return True
+    return False
+
+
+def _synchronised(src: Source) -> bool:
+    """Something in the file averages the gradients: a DDP/FSDP wrapper (named
+    at all), a framework that wraps, or a collective over gradients."""
+    if any(src.imports_module(framework) for framework in _FRAMEWORKS):
+        return True
+    if _SYNC_WORDS.search(src.text):
+        for node in src.nodes:
+            if isinstance(node, (ast.Name, ast.Attribute)) and src.qualname(node).startswith(_SYNC_PREFIXES):
+                return True
+    if "grad" in src.text:
+        for call in src.calls:
+            hook = isinstance(call.func, ast.Attribute) and call.func.attr == "register_hook"
+            if (hook or is_collective(src, call)) and any(
+                "grad" in dotted(node).lower() for arg in call.args for node in ast.walk(arg)
+            ):
+                return True  # dist.all_reduce(p.grad), p.register_hook(average_grad)
+    return False
+
+
+def _trained_models(src: Source, optimizer: ast.Call) -> List[str]:
+    """``model`` of ``SGD(model.parameters())`` (also in parameter groups, or
+    through a variable: ``params = [p for p in model.parameters() if ...]``)."""
+    params = argument(optimizer, 0, "params")
+    if params is None:
+        return []
+    roots: List[ast.AST] = [params]
+    if isinstance(params, ast.Name):
+        roots += [v for v in _assigned(src, params.id)]
+    names: List[str] = []
+    for root in roots:
+        for node in ast.walk(root):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PARAMETERS:
+                name = dotted(node.func.value)
+                if name and name not in names:
+                    names.append(name)
+    return names
+
+
+def _assigned(src: Source, name: str) -> List[ast.AST]:
+    """Every value the dotted ``name`` (``model``, ``self.model``) is bound to."""
+    values = []
+    for node in src.of_type(ast.Assign, ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            for item in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+                if dotted(item) == name:
+                    values.append(node.value if item is target else None)
+    return values
+
+
+def _built_here(src: Source, name: str) -> bool:
+    """Every binding of ``name`` in the file builds a model (a class, a torch or
+    torchvision factory), maybe moved or compiled; none comes from elsewhere
+    (a helper, a parameter, a tuple unpacked) where a wrapper may be hiding."""
+    values = _assigned(src, name)
+    if not values:
+        return False
+    return all(_builds_model(src, value, name) for value in values)
+
+
+def _builds_model(src: Source, value: Optional[ast.AST], name: str) -> bool:
+    while isinstance(value, ast.Call):
+        func = value.func
+        if isinstance(func, ast.Attribute) and func.attr in _SAME_MODULE:
+            value = func.value  # Net().to(device), model.cuda()
+            continue
+        qualname = src.qualname(func)
+        if qualname.startswith("torch.") and any(dotted(a) == name for a in value.args):
+            return True  # torch.compile(model), SyncBatchNorm.convert_sync_batchnorm(model)
+        last = qualname.rsplit(".", 1)[-1] or dotted(func).rsplit(".", 1)[-1]
+        if qualname.startswith(("torch.nn.", "torchvision.models.")) or last[:1].isupper():
+            return not any(dotted(a) == name for a in value.args)  # (not Wrapper(model))
+        return False
+    return dotted(value) == name if value is not None else False  # (model = model)
