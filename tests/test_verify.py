@@ -397,3 +397,32 @@ def test_a_shard_made_by_hand_with_subset_passes_and_a_shared_one_fails(workdir,
     monkeypatch.setenv("SHARD", "uneven")  # disjoint, but the ranks take different numbers of steps
     report = verify(VerifyOptions(script=script, timeout=30.0))
     assert "of different sizes (96, 160 samples, 12, 20 batches)" in by_name(report)["data-sharded"].message
+
+
+def test_a_sampler_of_the_projects_own_is_judged_by_the_orders_it_drew(workdir):
+    from dp2ddp.verify import VerifyOptions, verify
+    from dp2ddp.verify.checks import Records, check_set_epoch
+
+    report = verify(VerifyOptions(script=str(FIXTURES / "verify" / "custom_sampler.py"), timeout=30.0))
+    checks = by_name(report)
+    assert report.ok, text(report)
+    assert checks["set-epoch"].message == "ShardShuffleSampler (the project's own): 3 epochs, each in a new order"
+    assert checks["data-sharded"].message.startswith("ranks drew disjoint samples (custom sampler")
+
+    def passes(shuffle, orders):
+        return Records(
+            ranks={0: [
+                {"event": "pass", "start_step": 0, "end_step": 2, "sampler": "Bucket", "shuffle": shuffle,
+                 "indices": order}
+                for order in orders
+            ]},
+            stacks={}, logs={},
+        )
+
+    # the same order every epoch: not a failure (it may not shuffle), but said
+    same = check_set_epoch(passes(None, [[3, 1, 2], [3, 1, 2]]))
+    assert same.status == "pass" and "drew the same order in all 2 epochs" in same.message
+    # a sampler known not to shuffle needs no new order; one known to shuffle (a DistributedSampler
+    # with shuffle=True) drawing the same order is the forgotten set_epoch
+    assert check_set_epoch(passes(False, [[1, 2, 3], [1, 2, 3]])).message.startswith("the training sampler does not")
+    assert check_set_epoch(passes(True, [[3, 1, 2], [3, 1, 2]])).status == "fail"

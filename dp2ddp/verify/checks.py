@@ -348,12 +348,20 @@ def check_set_epoch(records: Records) -> Check:
     if not passes:
         return check.inconclusive("no training pass was seen")
     first = passes[0]
-    if not first.get("shuffle"):
+    if first.get("shuffle") is False:
         return check.ok("the training sampler does not shuffle: nothing to change between epochs")
     if len(passes) < 2:
         return check.inconclusive("only one epoch ran within the budget: raise --max-steps or lower --epoch-batches")
     key = "shard" if first.get("shard") is not None else "indices"
     orders = [tuple(p.get(key) or ()) for p in passes]
+    if first.get("shuffle") is None:  # a sampler of the project's own: judged by what it drew
+        sampler = first.get("sampler") or "the sampler"
+        if all(order == orders[0] for order in orders[1:]):
+            return check.ok(
+                f"{sampler} (the project's own) drew the same order in all {len(passes)} epochs: "
+                "fine if it does not shuffle; if it does, it needs the epoch (a set_epoch of its own)"
+            )
+        return check.ok(f"{sampler} (the project's own): {len(passes)} epochs, each in a new order")
     if all(order == orders[0] for order in orders[1:]):
         return check.fail(
             f"all {len(passes)} epochs draw the samples in the same order",

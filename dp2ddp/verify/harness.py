@@ -465,7 +465,7 @@ class _RecordingIter:
         harness.passes[key] = harness.passes.get(key, -1) + 1
         self.number = harness.passes[key]
         self.start_step = harness.steps
-        from torch.utils.data import BatchSampler
+        from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
         sampler = getattr(self.loader, "sampler", None)
         batches = getattr(self.loader, "batch_sampler", None)
@@ -503,7 +503,9 @@ class _RecordingIter:
                 shard=list(iter(sampler)),  # deterministic for a given epoch: no side effect
             )
         else:
-            info["shuffle"] = type(sampler).__name__ == "RandomSampler"
+            # torch's samplers say; a sampler of the project's own may shuffle or not (None)
+            known = isinstance(sampler, (RandomSampler, SequentialSampler)) or sampler is None
+            info["shuffle"] = isinstance(sampler, RandomSampler) if known else None
             try:
                 # (a batch sampler's length counts batches, not samples)
                 info["sampler_len"] = None if own_batches else len(sampler)
