@@ -1097,7 +1097,7 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
                 if not isinstance(func, ast.Lambda):
                     agreeing.add(func.name)
                 func = src.function_of(func)
-    trainers = set(_training_functions(src)) - agreeing
+    trainers = {name for name, func in _training_functions(src).items() if not _returns_a_count(func)} - agreeing
     # ``loss = self.train_one_epoch(epoch)``: a method of the file's class that trains
     methods = set()
     for call in src.calls:
@@ -1105,7 +1105,7 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
             func = src.function_of(call)
             while func is not None and not isinstance(src.parent(func), ast.ClassDef):
                 func = src.function_of(func)
-            if func is not None and not isinstance(func, ast.Lambda):
+            if func is not None and not isinstance(func, ast.Lambda) and not _returns_a_count(func):
                 methods.add(func.name)
     methods -= agreeing
     # loaders sharded by a DistributedSampler: what a function of the file computes
@@ -1182,6 +1182,27 @@ def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
                 seen.add(id(node))
                 found.append((node, names))
     return found
+
+
+def _returns_a_count(func: ast.AST) -> bool:
+    """Every ``return`` of the training function gives a count of steps (a name
+    only ever increased by a constant: ``self.step += 1`` ... ``return self.step``),
+    the same on every rank whatever its caller calls it (``n = self.train_steps()``)."""
+    returns = [n for n in _walk_here_body(func) if isinstance(n, ast.Return)]
+    if not returns:
+        return False
+    counted: Dict[str, bool] = {}
+    for node in _walk_here_body(func):
+        if isinstance(node, ast.AugAssign):
+            name = dotted(node.target)
+            by_constant = isinstance(node.op, ast.Add) and isinstance(node.value, ast.Constant)
+            counted[name] = counted.get(name, True) and by_constant
+    return all(
+        isinstance(r.value, ast.Constant) and isinstance(r.value.value, int)
+        or dotted(r.value) and counted.get(dotted(r.value), False)
+        for r in returns
+        if r.value is not None
+    ) and any(r.value is not None for r in returns)
 
 
 #: names of counts (steps, iterations, epochs): every rank takes as many
