@@ -252,6 +252,24 @@ def test_lint_cache_on_the_command_line(many, monkeypatch):
     third = invoke("lint", "--no-config", "--exit-zero", "--no-cache", "-j", "1", many)
     assert first.stdout == second.stdout == third.stdout
     assert "DDP302" in first.stdout
+    # other settings are another cache: never the findings of the last run
+    def found(result):  # (file, code) of each finding line
+        return {
+            (Path(line.split(":", 1)[0]).relative_to(many).parts[0], line.split(": ", 1)[1].split()[0])
+            for line in result.stdout.splitlines()
+            if ": DDP" in line
+        }
+
+    everything = found(first)
+    assert {("copy0", "DDP302"), ("copy1", "DDP302"), ("copy0", "DDP304")} <= everything
+    ignored = found(invoke("lint", "--no-config", "--exit-zero", "--ignore", "DDP302", many))
+    assert ignored == {f for f in everything if f[1] != "DDP302"}
+    selected = found(invoke("lint", "--no-config", "--exit-zero", "--select", "DDP302", many))
+    assert selected == {f for f in everything if f[1] == "DDP302"}
+    (many / "pyproject.toml").write_text('[tool.dp2ddp.per-file-ignores]\n"copy0/*" = ["DDP302"]\n')
+    per_file = found(invoke("lint", "--exit-zero", many))
+    assert per_file == everything - {("copy0", "DDP302")}
+    assert invoke("lint", "--no-config", "--exit-zero", many).stdout == first.stdout
 
 
 # ------------------------------------------------------------------ convert cache
