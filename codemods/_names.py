@@ -61,6 +61,7 @@ ARTIFACT_PATH_ARG = {
 ARTIFACT_WRITES = frozenset(ARTIFACT_PATH_ARG)
 TORCH_LOAD = frozenset({"torch.load"})
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
+BARRIER = frozenset({"torch.distributed.barrier", "torch.distributed.distributed_c10d.barrier"})
 DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})
 SPAWN = frozenset(
     {

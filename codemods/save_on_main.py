@@ -250,11 +250,50 @@ class SaveOnMainProcess(MainProcessGuard):
         if anchor is None:
             self.manual(stmt, f"{why}: add dist.barrier() after the save where every rank reaches it")
             return []
+        if self._followed_by_barrier(anchor):
+            return []  # (converted before)
+        only_main = self._run_by_main_only(stmt)
+        if only_main is not None:
+            self.manual(
+                stmt,
+                f"{why}, but {only_main}() runs on the main process only (its calls are, or become, "
+                "guarded): a barrier in it would wait forever for the other ranks; add dist.barrier() "
+                f"after the guarded call of {only_main}(), where every rank reaches it",
+            )
+            return []
         self.changed(stmt, f"dist.barrier() after the save: {why}")
         if anchor is stmt:
             return [barrier]
         self.insert_after(anchor, [barrier])
         return []
+
+    def _followed_by_barrier(self, stmt: cst.CSTNode) -> bool:
+        block = self.parent(stmt)
+        body = list(getattr(block, "body", ()))
+        index = next((i for i, s in enumerate(body) if s is stmt), None)
+        if index is None or index + 1 >= len(body):
+            return False
+        call = single_call(body[index + 1])
+        return call is not None and self.is_call(call, N.BARRIER)
+
+    def _run_by_main_only(self, stmt: cst.CSTNode) -> Optional[str]:
+        """The name of the function holding ``stmt`` when only the main process
+        calls it: every call of it in the file is under a main-process check, or
+        is one this transform guards (``model.save_pretrained(path)``)."""
+        func = self.enclosing_function(stmt)
+        if func is None:
+            return None
+        name, line = func.name.value, self.position(stmt)[0]
+        if name == "save_pretrained":
+            return name
+        node = next(
+            (
+                f for f in self.ast_source.of_type(ast.FunctionDef, ast.AsyncFunctionDef)
+                if f.name == name and f.lineno <= line <= (f.end_lineno or line)
+            ),
+            None,
+        )
+        return name if node is not None and A.called_only_on_main(self.ast_source, node) else None
 
     def _anchor(self, stmt: cst.CSTNode) -> Optional[cst.CSTNode]:
         """The statement holding ``stmt`` whose block every rank runs: the one
@@ -287,9 +326,10 @@ class SaveOnMainProcess(MainProcessGuard):
         if call is None or self._saving_functions() is None:
             return
         func = call.func
-        if isinstance(func, cst.Name):  # a function of the module
+        functions = {f.name.value for f in self.module.body if isinstance(f, cst.FunctionDef)}
+        if isinstance(func, cst.Name) and func.value in functions:  # a function of the module
             name = func.value
-            savers = {f.name.value for f in self.module.body if isinstance(f, cst.FunctionDef)} & self._saving_functions()
+            savers = functions & self._saving_functions()
         elif isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")):
             # a method of this class (``model.train()`` is not ``train()``, nor is an
             # nn.Module's ``self.train()`` the module's ``train()``)
@@ -298,7 +338,14 @@ class SaveOnMainProcess(MainProcessGuard):
             body = cls.body.body if cls is not None and isinstance(cls.body, cst.IndentedBlock) else []
             savers = {f.name.value for f in body if isinstance(f, cst.FunctionDef)} & self._saving_functions()
         else:
-            return
+            # ``checkpointer.save(model)``, ``early_stopping(val_loss, model)``: an object
+            # of a class of this file whose method (or ``__call__``) saves
+            owner = func.value if isinstance(func, cst.Attribute) else func
+            method = func.attr.value if isinstance(func, cst.Attribute) else "__call__"
+            cls = self._class_of_instance(owner, node) if isinstance(owner, cst.Name) else None
+            if cls is None or method not in self._saving_methods(cls):
+                return
+            name, savers = P.dotted_name(func), {P.dotted_name(func)}
         if name not in savers or P.under_main_process_check(self, node):
             return
         func = self.enclosing_function(node)
@@ -316,6 +363,36 @@ class SaveOnMainProcess(MainProcessGuard):
                 if any(self.is_call(c, N.TORCH_SAVE) for c in _calls(func))
             }
         return self._savers
+
+    def _saving_methods(self, cls: cst.ClassDef) -> Set[str]:
+        """The methods of ``cls`` that save, themselves or through another of its
+        methods (``__call__`` -> ``self.save_checkpoint(...)``)."""
+        body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
+        methods = {f.name.value: f for f in body if isinstance(f, cst.FunctionDef)}
+        saving = set(methods) & self._saving_functions()
+        grew = True
+        while grew:
+            grew = False
+            for name, method in methods.items():
+                if name not in saving and any(
+                    isinstance(c.func, cst.Attribute) and m.matches(c.func.value, m.Name("self"))
+                    and c.func.attr.value in saving
+                    for c in _calls(method)
+                ):
+                    saving.add(name)
+                    grew = True
+        return saving
+
+    def _class_of_instance(self, name: cst.Name, at: cst.CSTNode) -> Optional[cst.ClassDef]:
+        """The class of this file that ``name`` holds an object of (``name = Cls(...)``,
+        its only binding in the function, or the module's)."""
+        value = self.only_value(name, pure=False)
+        if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name):
+            return None
+        return next(
+            (c for c in self.module.body if isinstance(c, cst.ClassDef) and c.name.value == value.func.value),
+            None,
+        )
 
     def _loads_in(self, scope: cst.CSTNode, files: bool = False) -> List[cst.Call]:
         """``torch.load`` calls in ``scope`` -- and, with ``files``, ``open(p)`` to read."""
