@@ -149,6 +149,8 @@ class Transform(Codemod, cst.CSTTransformer):
         self._preambles: Dict[cst.CSTNode, List[str]] = {}
         self._aliases: Dict[tuple, str] = {}
         self._helpers: Dict[str, str] = {}
+        #: blocks whose statements were all removed (given a ``pass``)
+        self._emptied: Set[int] = set()
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         """dp2ddp's own helpers (``init_distributed``, ``per_rank_batch_size``, added
@@ -687,6 +689,16 @@ class Transform(Codemod, cst.CSTTransformer):
         if isinstance(result, cst.IndentedBlock) and not result.body:
             # every statement of the block was removed: keep it valid
             result = result.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+            self._emptied.add(id(result))
+        elif (
+            isinstance(result, cst.If)
+            and result.orelse is None
+            and id(result.body) in self._emptied
+            and P.is_pure(result.test)
+        ):
+            # ``if torch.cuda.is_available(): torch.cuda.set_device(0)`` with its
+            # statement removed: the check has nothing left to guard
+            return cst.RemoveFromParent()
         if original_node in self._preambles and isinstance(result, cst.FunctionDef):
             result = self._insert_into_function(result, self._preambles[original_node])
         if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):

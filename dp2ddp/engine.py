@@ -297,7 +297,12 @@ def _check_compiles(path: str, data: bytes) -> None:
 
 
 def run_transforms(
-    path: str, module: cst.Module, role: FileRole, settings: Settings, skip: frozenset = frozenset()
+    path: str,
+    module: cst.Module,
+    role: FileRole,
+    settings: Settings,
+    skip: frozenset = frozenset(),
+    original_code: Optional[str] = None,
 ) -> tuple:
     """Apply every transform that applies to ``role``; return (module, findings).
 
@@ -306,15 +311,17 @@ def run_transforms(
     a transform makes comes with a finding (nothing is converted silently), so a
     transform without "change" or "manual" findings left the code as it was: its
     output is dropped and the next transform reuses the same metadata.
-    ``skip``: transforms the file's ``ast`` facts show have nothing to do."""
+    ``skip``: transforms the file's ``ast`` facts show have nothing to do.
+    ``original_code``: the file as written, when ``module`` is a respelling of
+    it (one-line forms spelled out): the findings' lines are the file's."""
     from libcst.codemod import CodemodContext
 
     from dp2ddp.codemods import TRANSFORMS
     from dp2ddp.codemods._base import apply_scheduled_imports
 
     findings: List[Finding] = []
-    original_code = module.code
-    code = original_code
+    code = module.code
+    original_code = code if original_code is None else original_code
     wrapper = None
     # one context for all: the imports they schedule are applied once, at the end
     context = CodemodContext(filename=path)
@@ -394,7 +401,11 @@ def _convert_one(job) -> tuple:
     except Exception as exc:  # CPython accepts it, LibCST cannot analyse it
         return path, None, [], syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)"), False, True
     try:
-        new_module, findings = run_transforms(path, module, role, settings, skip)
+        from dp2ddp.codemods._oneliners import expand, restore
+
+        # (one-line forms the transforms act on spelled out: put back after, if unchanged)
+        expanded, spelled = expand(module)
+        new_module, findings = run_transforms(path, expanded, role, settings, skip, module.code)
         if not any(f.kind in ("change", "manual") for f in findings):
             # nothing converted and no marker to add (every change comes with a
             # finding): the file's own bytes, whatever LibCST's round trip makes of them
@@ -403,8 +414,9 @@ def _convert_one(job) -> tuple:
             return path, None, findings, _not_round_tripped(path, data, module.bytes), False, True
         from dp2ddp.formatting import format_changed
 
-        new_module = format_changed(module, new_module)
-        return path, new_module.bytes, findings, None, False, True
+        new_module = format_changed(expanded, new_module)
+        output = restore(new_module.code, spelled).encode(new_module.encoding) if spelled else new_module.bytes
+        return path, output, findings, None, False, True
     except InternalError as exc:
         return path, None, [], str(exc), True, False
     except RecursionError:
@@ -697,7 +709,7 @@ def apply_transforms(
     )
     selected = tuple(t for t in TRANSFORMS if t.NAME in names and t.NAME != "process-group-setup")
 
-    def run(module: cst.Module):
+    def run(module: cst.Module, original_code: str):
         findings = []
         context = CodemodContext(filename=path)
         for transform_cls in selected:
@@ -708,19 +720,29 @@ def apply_transforms(
                 raise
             except Exception as exc:
                 raise InternalError(f"{path}: transform {transform_cls.NAME} crashed: {exc!r}") from exc
+            line_map = LineMap(original_code, module.code)
+            for finding in transform.findings:
+                finding.line = line_map(finding.line)
             findings.extend(transform.findings)
             if any(f.kind in ("change", "manual") for f in transform.findings):
                 module = new_module
         return apply_scheduled_imports(context, module), findings
 
+    from dp2ddp.codemods._oneliners import expand, restore
+
+    def run_expanded(module: cst.Module):
+        expanded, spelled = expand(module)
+        new_module, findings = run(expanded, module.code)
+        new_module = format_changed(expanded, new_module)
+        code = restore(new_module.code, spelled) if spelled else new_module.code
+        return code.encode(new_module.encoding), findings
+
     try:
-        new_module, findings = run(module)
-        new_module = format_changed(module, new_module)
-        output = new_module.bytes
+        output, findings = run_expanded(module)
         if output != source:
-            again, _ = run(_parse(path, output))
+            again, _ = run_expanded(_parse(path, output))
             _check_compiles(path, output)
-            if again.bytes != output:
+            if again != output:
                 raise InternalError(f"{path}: internal error: the fix is not idempotent")
     except InternalError as exc:
         result.error, result.internal = str(exc), True

@@ -573,3 +573,24 @@ def test_deep_nesting_and_a_form_feed_are_left_alone_without_an_internal_error(t
     assert "feed.py:3:1: LibCST cannot reproduce this file byte for byte" in result.stderr
     assert "internal error" not in result.output
     assert {p: p.read_bytes() for p in before} == before
+
+
+def test_one_line_forms_are_converted_and_the_result_runs_under_torchrun(tmp_path):
+    """``if __name__ == "__main__": main()``, a one-line epoch loop, ``save(...); print(...)``
+    (they crashed the conversion, or were left on every rank): spelled out where the
+    conversion changes them, and the converted script trains on two ranks."""
+    from conftest import run_script
+
+    source = (FIXTURES / "process-group-setup" / "one_line_forms.in.py").read_bytes()
+    (file,) = convert_sources({"train.py": source}).files
+    assert file.error is None and file.changed, file.error
+    output = file.output.decode()
+    assert "    a = 1; b = 2  # unrelated: kept on one line\n" in output
+    assert "torch.cuda.set_device(0)" not in output and "pass\n" not in output
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_bytes(file.output)
+    run = run_script(work, "train.py", [], distributed=True)
+    assert run.returncode == 0, run.output
+    assert run.output.count("final loss") == 1 and run.output.count("saved") == 1, run.output
+    assert run.writers_of(work / "one_line.pt") == ["0"], run.writes
