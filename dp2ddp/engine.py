@@ -543,7 +543,37 @@ def convert_sources(
     _unsharded_data_note(results, facts, roles)
     if verify:
         _verify(results, settings, explicit, workers, cache)
+    _withhold_half_programs(results, roles, {**passthrough, **facts})
     return ConvertResult(files=list(results.values()))
+
+
+def _withhold_half_programs(
+    results: Dict[str, FileResult], roles: Mapping[str, FileRole], linked: Mapping[str, FileFacts]
+) -> None:
+    """An entry point that could not be converted leaves its modules as they were:
+    converted on their own (a DistributedSampler, guards on the rank) they would
+    need the process group the entry no longer sets up, and the program would fail
+    even under plain ``python``."""
+    failed = [p for p, role in roles.items() if role.is_entry and results[p].error is not None]
+    if not failed:
+        return
+    graph = _resolve_imports(list(linked), linked)
+    for entry in failed:
+        seen, todo = {entry}, [entry]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        for path in sorted(seen - {entry}):
+            result = results.get(path)
+            if result is not None and result.changed:
+                result.output = None
+                result.error = (
+                    f"{path}:1:1: not converted: the entry point {entry}, which imports it, could not be "
+                    "converted (see its error), and this file converted alone would need the process "
+                    "group that entry point sets up; left unchanged"
+                )
 
 
 def _star_findings(path: str, file_facts: FileFacts) -> List[Finding]:

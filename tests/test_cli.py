@@ -115,6 +115,30 @@ def test_internal_error_exits_123_with_a_message(project, monkeypatch):
     assert (project / "train.py").read_bytes() == DP_SCRIPT
 
 
+def test_an_entry_point_that_fails_leaves_the_modules_of_its_program_unchanged(tmp_path, monkeypatch):
+    """The model and the loader modules converted without their entry point would
+    need a process group nobody sets up: the program stays as it was."""
+    from dp2ddp import engine
+
+    shutil.copytree(FIXTURES / "e2e" / "multi_file" / "before", tmp_path / "prog")
+    (tmp_path / "solo.py").write_bytes(DP_SCRIPT)  # another program: converted
+    before = {p: p.read_bytes() for p in (tmp_path / "prog").iterdir()}
+    real = engine._convert_one
+
+    def entry_fails(job):
+        if job[0].endswith("train.py"):
+            return job[0], None, [], f"{job[0]}: internal error: transform x crashed", True, False
+        return real(job)
+
+    monkeypatch.setattr(engine, "_convert_one", entry_fails)
+    result = run("convert", "--write", "-j", "1", str(tmp_path))
+    assert result.exit_code == 123
+    assert {p: p.read_bytes() for p in (tmp_path / "prog").iterdir()} == before
+    for name in ("data.py", "model.py"):
+        assert f"prog/{name}:1:1: not converted: the entry point" in result.stderr
+    assert b"DistributedDataParallel" in (tmp_path / "solo.py").read_bytes()
+
+
 def test_crash_outside_the_engine_is_123_not_a_bare_traceback(project, monkeypatch):
     from dp2ddp import runner
 
