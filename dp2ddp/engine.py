@@ -380,6 +380,11 @@ def _not_round_tripped(path: str, data: bytes, again: bytes) -> str:
         if a != b:
             line = data.count(b"\n", 0, index) + 1
             break
+    if b"\r" in data and b"\n" not in data:
+        return (
+            f"{path}:1:1: the file ends its lines with CR alone (old Mac OS line endings), which "
+            "LibCST cannot reproduce: convert them to LF (or CRLF) first; left unchanged"
+        )
     return (
         f"{path}:{line}:1: LibCST cannot reproduce this file byte for byte (a form feed or "
         "an unusual character here?): left unchanged"

@@ -594,3 +594,9 @@ def test_one_line_forms_are_converted_and_the_result_runs_under_torchrun(tmp_pat
     assert run.returncode == 0, run.output
     assert run.output.count("final loss") == 1 and run.output.count("saved") == 1, run.output
     assert run.writers_of(work / "one_line.pt") == ["0"], run.writes
+
+
+def test_a_file_with_cr_only_line_endings_is_left_unchanged_with_the_reason():
+    source = b"import torch\rimport torch.nn as nn\rmodel = nn.DataParallel(nn.Linear(2, 2))\r"
+    (file,) = convert_sources({"old_mac.py": source}).files
+    assert file.output is None and "CR alone (old Mac OS line endings)" in file.error
