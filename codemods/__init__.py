@@ -17,6 +17,7 @@ def _transforms() -> Tuple[type, ...]:
     from .no_sync import NoSyncAccumulation
     from .output_on_main import OutputOnMainProcess
     from .process_group import ProcessGroupSetup
+    from .random_split import RandomSplit
     from .sampler import DistributedSamplerTransform
     from .save_on_main import SaveOnMainProcess
     from .set_epoch import SetEpoch
@@ -32,6 +33,7 @@ def _transforms() -> Tuple[type, ...]:
         UnusedParameters,
         ModuleAccess,
         DistributedSamplerTransform,
+        RandomSplit,
         SetEpoch,
         NoSyncAccumulation,
         SaveOnMainProcess,

@@ -1023,6 +1023,23 @@ def _walk_training(loop: ast.AST) -> Iterator[ast.AST]:
         todo.extend(ast.iter_child_nodes(node))
 
 
+def unseeded_random_splits(src: Source) -> List[ast.Call]:
+    """``random_split(dataset, [n, m])`` without a ``generator=``, in a file that
+    does not seed torch alike on every process first (``torch.manual_seed(0)``,
+    ``seed_everything(seed)``; a seed that names the rank differs): under DDP each
+    process draws its own split."""
+    if "random_split" not in src.text:
+        return []
+    splits = [c for c in src.calls_to(N.RANDOM_SPLIT) if keyword(c, "generator") is None and len(c.args) < 3]
+    if not splits:
+        return []
+    for call in src.calls:
+        if src.qualname(call.func) in N.TORCH_SEED or last_name(call.func) in N.SEED_HELPERS:
+            if not any(_RANK_WORD.search(dotted(n) or "") for a in call.args for n in ast.walk(a)):
+                return []
+    return splits
+
+
 def iterable_dataset(src: Source, dataset: Optional[ast.AST]) -> bool:
     """``dataset`` (an argument of a DataLoader) is an object of an
     ``IterableDataset`` class -- torch's, or one of this file's classes deriving

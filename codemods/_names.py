@@ -41,6 +41,10 @@ BATCH_SAMPLER = frozenset({"torch.utils.data.BatchSampler", "torch.utils.data.sa
 ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )
+RANDOM_SPLIT = frozenset({"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"})
+#: seeding torch's default generator: ``torch.manual_seed`` and the helpers that call it
+TORCH_SEED = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
+SEED_HELPERS = frozenset({"seed_everything", "set_seed", "set_random_seed", "seed_all", "fix_seed", "setup_seed", "init_seeds"})
 DISTRIBUTED_SAMPLER = frozenset(
     {
         "torch.utils.data.DistributedSampler",
