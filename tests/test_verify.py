@@ -426,3 +426,42 @@ def test_a_sampler_of_the_projects_own_is_judged_by_the_orders_it_drew(workdir):
     # with shuffle=True) drawing the same order is the forgotten set_epoch
     assert check_set_epoch(passes(False, [[1, 2, 3], [1, 2, 3]])).message.startswith("the training sampler does not")
     assert check_set_epoch(passes(True, [[3, 1, 2], [3, 1, 2]])).status == "fail"
+
+
+def test_a_split_drawn_on_each_rank_fails_the_shard_check(workdir):
+    """Forked ranks start from the coordinator's random state; they are reseeded
+    like processes torchrun starts, so an unseeded random_split differs by rank."""
+    from dp2ddp.verify import VerifyOptions, verify
+
+    report = verify(VerifyOptions(script=str(FIXTURES / "verify" / "random_split.py"), timeout=30.0))
+    check = by_name(report)["data-sharded"]
+    assert check.status == "fail" and "each rank has a different Subset of the same size" in check.message
+    assert "generator=torch.Generator().manual_seed(0)" in check.advice
+
+
+@pytest.mark.parametrize(
+    "shards, subsets, words",
+    [
+        ([[0, 2, 4, 6], [1, 3, 5, 7]], [list(range(0, 16, 2)), list(range(1, 16, 2))], "sharded twice"),
+        ([list(range(8)), list(range(8))], [None, None], "every rank draws all 8 samples"),
+        ([[0, 1, 2, 3], [3, 4, 5, 6]], [None, None], "ranks draw 1 sample more than once (padding explains 0)"),
+        ([[0, 1, 2], [3, 4, 5]], [None, None], "2 of 8 samples are never drawn"),
+        ([[0, 2, 4, 6], [1, 3, 5, 7]], [None, None], None),
+    ],
+)
+def test_shard_check_on_recorded_passes(shards, subsets, words):
+    from dp2ddp.verify.checks import Records, check_sharded
+
+    def event(shard, subset):
+        record = {"event": "pass", "start_step": 0, "end_step": 2, "dataset_len": 8, "shard": shard,
+                  "drop_last": False, "where": "train.py:9"}
+        if subset is not None:
+            record["subset"] = subset
+        return record
+
+    records = Records(ranks={r: [event(s, sub)] for r, (s, sub) in enumerate(zip(shards, subsets))}, stacks={}, logs={})
+    check = check_sharded(records)
+    if words is None:
+        assert check.status == "pass" and check.message == "2 disjoint shards covering 8 of 8 samples"
+    else:
+        assert check.status == "fail" and words in check.message, check.to_dict()

@@ -251,6 +251,14 @@ def check_sharded(records: Records) -> Check:
     subsets = [p.get("subset") for p in first_passes.values()]
     if all(s is not None for s in shards.values()) and all(s is not None for s in subsets):
         if any(sub != subsets[0] for sub in subsets[1:]):
+            if len({len(sub) for sub in subsets}) == 1 and len(set().union(*map(set, subsets))) < sum(map(len, subsets)):
+                return check.fail(
+                    "each rank has a different Subset of the same size, overlapping the others' (a "
+                    "random_split drawn on each rank, unseeded?): the ranks shard different training "
+                    "sets, train on overlapping samples, and some on samples that another rank validates on",
+                    location=location,
+                    advice="split alike on every rank: random_split(..., generator=torch.Generator().manual_seed(0))",
+                )
             return check.fail(
                 "the data is sharded twice: each rank has its own Subset and a DistributedSampler "
                 "shards that again -- part of the dataset is never trained on",
@@ -277,7 +285,8 @@ def check_sharded(records: Records) -> Check:
             )
         if duplicates > expected_padding:
             return check.fail(
-                f"ranks draw {duplicates} samples more than once (padding explains {expected_padding})",
+                f"ranks draw {duplicates} sample{'s' if duplicates != 1 else ''} more than once "
+                f"(padding explains {expected_padding})",
                 location=location,
                 advice="give each rank its own shard: DistributedSampler(dataset) with the default rank/num_replicas",
             )

@@ -70,6 +70,22 @@ def _env(directory: str, options) -> Dict[str, str]:
     return env
 
 
+def _fresh_random_state() -> None:
+    """A forked rank starts with its parent's random state, where a process that
+    torchrun starts draws a seed of its own (torch, Python's ``random`` and numpy
+    all seed themselves from the OS): reseeded alike, so that an unseeded
+    ``random_split`` or shuffle differs between ranks here as it does there."""
+    import random
+
+    import torch
+
+    torch.seed()
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
 def fork_ranks(directory: str, options, cwd: str, launched: Launched) -> Launched:
     """One machine: fork ``nproc`` ranks from this (torch-importing) process.
     ``launched`` gets each process as it starts (stopped if this is interrupted)."""
@@ -125,6 +141,7 @@ def fork_ranks(directory: str, options, cwd: str, launched: Launched) -> Launche
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.chdir(cwd)
+                _fresh_random_state()
                 H.main([options.script, *options.args])
             finally:
                 os._exit(1)
