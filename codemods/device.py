@@ -33,7 +33,7 @@ becomes::
 from __future__ import annotations
 
 import re
-from typing import Set, Union
+from typing import Optional, Set, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -247,14 +247,29 @@ class RankDevice(Transform):
         """Per-rank device, keeping its type: a ``torch.device`` stays one, a string
         stays a string (``device == "cpu"``, ``autocast(device_type=device)`` and
         friends keep working)."""
-        value = original_node.value
-        if P.is_rank_device(self, value) or not P.is_device_spec(self, value):
-            return updated_node
-        if self._in_multi_gpu(original_node):
-            return updated_node
         targets = [t.target for t in original_node.targets]
         if not all(isinstance(t, (cst.Name, cst.Attribute)) for t in targets):
             return updated_node
+        value = self._per_rank_device(original_node, original_node.value)
+        return updated_node if value is None else updated_node.with_changes(value=value)
+
+    def leave_Return(self, original_node: cst.Return, updated_node: cst.Return) -> cst.Return:
+        """``return torch.device("cuda:0" if ... else "cpu")``: a ``select_device()`` helper."""
+        if original_node.value is None:
+            return updated_node
+        body = original_node.value.body if isinstance(original_node.value, cst.IfExp) else original_node.value
+        if not self.is_call(original_node.value, N.TORCH_DEVICE) and P.string_value(body) == "cuda":
+            return updated_node  # ("cuda", the current GPU: the setup sets it to LOCAL_RANK's)
+        value = self._per_rank_device(original_node, original_node.value)
+        return updated_node if value is None else updated_node.with_changes(value=value)
+
+    def _per_rank_device(self, original_node: cst.CSTNode, value: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        """The per-rank spelling of the device ``value`` (None: none needed, or
+        reported instead)."""
+        if P.is_rank_device(self, value) or not P.is_device_spec(self, value):
+            return None
+        if self._in_multi_gpu(original_node):
+            return None
         test = P.device_fallback_test(self, value)
         torch_name = self.torch()
         test_code = (
@@ -264,15 +279,13 @@ class RankDevice(Transform):
         if not self.is_call(value, N.TORCH_DEVICE) and P.string_value(body) == "cuda":
             # "cuda" means the current GPU, which the setup sets to LOCAL_RANK's
             if test is not None:
-                return updated_node
+                return None
             self.changed(original_node, "the device falls back to the CPU when there is no GPU")
-            return updated_node.with_changes(
-                value=cst.parse_expression(f'"cuda" if {test_code} else "cpu"')
-            )
+            return cst.parse_expression(f'"cuda" if {test_code} else "cpu"')
         local_rank = self.rank_name(original_node, "local_rank")
         if local_rank is None:
             self.manual(original_node, "device assignment where LOCAL_RANK cannot be read")
-            return updated_node
+            return None
         spec = f'f"cuda:{{{local_rank}}}" if {test_code} else "cpu"'
         if self.is_call(value, N.TORCH_DEVICE) or self.is_call(body, N.TORCH_DEVICE):
             # torch.device(...), or torch.device("cuda") if ... else torch.device("cpu"):
@@ -280,7 +293,7 @@ class RankDevice(Transform):
             spec = f"{torch_name}.device({spec})"
         self.explicit_gpu_note(body)
         self.changed(original_node, "the device is this process's GPU (LOCAL_RANK), CPU without one")
-        return updated_node.with_changes(value=cst.parse_expression(spec))
+        return cst.parse_expression(spec)
 
     def explicit_gpu_note(self, node: cst.CSTNode) -> None:
         """A GPU the user picked (``f"cuda:{args.gpu}"``, ``.cuda(args.gpu)``,

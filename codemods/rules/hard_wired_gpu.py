@@ -131,4 +131,7 @@ def _int_literal(node: ast.AST) -> bool:
 
 
 def _cuda_index_string(node: ast.AST) -> bool:
+    """``"cuda:0"``, also as a branch: ``"cuda:0" if torch.cuda.is_available() else "cpu"``."""
+    if isinstance(node, ast.IfExp):
+        return _cuda_index_string(node.body) or _cuda_index_string(node.orelse)
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and bool(_CUDA_INDEX.match(node.value))
