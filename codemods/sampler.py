@@ -86,8 +86,12 @@ class DistributedSamplerTransform(Transform):
         self._sum_noted = False
         self._contrast_noted = False
         self._random_noted = False
+        #: training loaders whose ``sampler=`` variable became a DistributedSampler -> its shuffle
+        self._named_plain: Dict[cst.Call, str] = {}
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.is_call(original_node, N.RANDOM_SAMPLER | N.SEQUENTIAL_SAMPLER):
+            return self._named_sampler(original_node, updated_node)
         if not self.is_call(original_node, N.DATA_LOADER):
             return updated_node
         kind, why = self.classify(original_node)
@@ -199,6 +203,65 @@ class DistributedSamplerTransform(Transform):
             return "False"
         return None
 
+    def _named_sampler(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``train_sampler = RandomSampler(train_dataset)`` handed to one training
+        DataLoader of the same dataset (``sampler=train_sampler``, Hugging Face's
+        scripts): it becomes ``DistributedSampler(train_dataset, shuffle=True)``
+        (``SequentialSampler``: ``shuffle=False``), and the loader keeps it."""
+        assign = self.parent(original)
+        if not (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and len(original.args) == 1
+            and original.args[0].keyword is None
+            and _simple(original.args[0].value)
+        ):
+            return updated
+        name = assign.targets[0].target
+        scope = self.get_metadata(ScopeProvider, name, None)
+        if scope is None or len(list(scope.assignments[name.value])) != 1:
+            return updated
+        uses = [a.node for a in scope.accesses[name.value]]
+        if len(uses) != 1:
+            return updated
+        arg = self.parent(uses[0])
+        loader = self.parent(arg) if isinstance(arg, cst.Arg) else None
+        if not (
+            isinstance(loader, cst.Call)
+            and self.is_call(loader, N.DATA_LOADER)
+            and _arg(loader, 3, "sampler") is uses[0]
+            and _arg(loader, 2, "shuffle") is None
+            and _arg(loader, 4, "batch_sampler") is None
+        ):
+            return updated
+        dataset = _arg(loader, 0, "dataset")
+        if dataset is None or self.module.code_for_node(dataset) != self.module.code_for_node(original.args[0].value):
+            return updated
+        if self.classify(loader)[0] != "train" or self.before_process_group(loader) or self._blocked(loader):
+            return updated
+        shuffle = "True" if self.is_call(original, N.RANDOM_SAMPLER) else "False"
+        self._named_plain[loader] = shuffle
+        sampler_cls = self.object_alias("torch.utils.data.distributed", "DistributedSampler", N.DISTRIBUTED_SAMPLER)
+        func = original.func
+        self.drop_imports_if_unused(lambda qualified, bound: bound == P.dotted_name(func))
+        self.changed(
+            original,
+            f"{P.dotted_name(func)} of the training data -> DistributedSampler(shuffle={shuffle}): each rank draws its own part",
+            code="DDP101",
+        )
+        return cst.parse_expression(f"{sampler_cls}({self.module.code_for_node(original.args[0].value)}, shuffle={shuffle})")
+
+    def _blocked(self, loader: cst.Call) -> bool:
+        """The loader is one that ``_convert`` leaves for a human (its dataset is a
+        stream, its arguments cannot be told apart)."""
+        if self._iterable_dataset(loader) or not _simple(_arg(loader, 0, "dataset")):
+            return True
+        stars = [a for a in loader.args if a.star]
+        return len(stars) > 1 or any(a.star == "*" for a in stars) or len(
+            [a for a in loader.args if a.keyword is None and not a.star]
+        ) > 3
+
     def _custom_sampler_message(self, keyword: str, value: cst.BaseExpression) -> str:
         code = self.module.code_for_node(value)
         if isinstance(value, cst.Name):
@@ -223,7 +286,8 @@ class DistributedSamplerTransform(Transform):
         )
 
     def _convert(self, original: cst.Call, updated: cst.Call, why: str) -> cst.BaseExpression:
-        plain = self._plain_sampler(original)
+        named = self._named_plain.get(original)  # (its sampler variable is a DistributedSampler now)
+        plain = named or self._plain_sampler(original)
         for keyword in ("sampler", "batch_sampler"):
             value = _arg(original, 3 if keyword == "sampler" else 4, keyword)
             if value is None or keyword == "sampler" and plain is not None:
@@ -273,7 +337,10 @@ class DistributedSamplerTransform(Transform):
         sampler_placed = False
         star_code = self.module.code_for_node(star.value) if star is not None else ""
 
-        if plain is not None:
+        if named is not None:
+            shuffle_code = named
+            sampler_placed = True  # (sampler=train_sampler stays)
+        elif plain is not None:
             shuffle_code = plain  # RandomSampler: shuffled; SequentialSampler: in order
             func = _arg(original, 3, "sampler").func  # the RandomSampler import goes if unused
             self.drop_imports_if_unused(lambda qualified, bound: bound == P.dotted_name(func))
@@ -292,7 +359,7 @@ class DistributedSamplerTransform(Transform):
             if hoisted is not None and (keyword == "dataset" or (positional and index == 0)):
                 new_args.append(arg.with_changes(value=cst.Name(hoisted)))
                 continue
-            if keyword == "shuffle" or (positional and index == 2) or plain is not None and (
+            if keyword == "shuffle" or (positional and index == 2) or plain is not None and named is None and (
                 keyword == "sampler" or positional and index == 3
             ):
                 new_args.append(_kwarg("sampler", sampler_code, like=arg))

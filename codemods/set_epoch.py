@@ -141,6 +141,8 @@ class SetEpoch(Transform):
             if assign is None or not self.is_call(assign.value, N.DATA_LOADER):
                 return None
             sampler = _arg(assign.value, 3, "sampler")
+            if isinstance(sampler, cst.Name):  # train_sampler = DistributedSampler(...)
+                sampler = self.only_value(sampler, pure=False) or sampler
             if sampler is not None and self.is_call(sampler, N.DISTRIBUTED_SAMPLER):
                 kinds.add("ours")
             elif sampler is not None or _arg(assign.value, 4, "batch_sampler") is not None:
