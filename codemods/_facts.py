@@ -34,6 +34,8 @@ class FileFacts:
     #: ``init_process_group``, ``mp.spawn``), "" (neither)
     setup: str = ""
     trains: bool = False
+    #: builds a torch.optim optimizer
+    builds_optimizer: bool = False
     has_main_guard: bool = False
     main_guard_line: int = 0
     main_guard_trains: bool = False
@@ -149,6 +151,8 @@ def collect_facts(src: Source) -> FileFacts:
         if not trains:
             continue
         facts.trains = True
+        if N.is_optimizer(name):
+            facts.builds_optimizer = True
         owner = _top_level_owner(src, call)
         if owner is None:
             facts.module_level_trains = True

@@ -43,6 +43,9 @@ class FileRole:
     #: The program has no DataParallel: a single-device script whose model must be
     #: wrapped in DDP by us.
     single_device: bool = False
+    #: The program builds no torch.optim optimizer (it updates parameters by hand):
+    #: wrap-model has no module to wrap.
+    no_optimizer: bool = False
     #: The file already sets up DDP itself (init_process_group, DDP, spawn).
     already_distributed: bool = False
     #: ... through dp2ddp's own setup helper: converted earlier, and a DataParallel

@@ -170,7 +170,11 @@ class SetEpoch(Transform):
             if param is not None:
                 self._plan(func, loader, param, guarded, where=self._top_or_before(func, batch_loop, loader))
                 return
-            if self._plan_in_callers(func, batch_loop, loader) or self._plan_in_method_callers(func, loader):
+            if (
+                self._plan_in_callers(func, batch_loop, loader)
+                or self._plan_in_method_callers(func, loader)
+                or self._plan_in_global_callers(func, loader)
+            ):
                 return
         if self._in_while(batch_loop):
             self.manual(
@@ -302,6 +306,31 @@ class SetEpoch(Transform):
             if known in ("eval", "other") or known != "ours" and P.is_eval_name(arg_name.rsplit(".", 1)[-1]):
                 continue  # (``run_epoch(model, val_loader)``: the same function evaluates)
             self._plan(loop, arg_name, loop.target.value, known != "ours", ("top", loop))
+            placed = True
+        return placed
+
+    def _plan_in_global_callers(self, func: cst.FunctionDef, loader: str) -> bool:
+        """``def train(): for x, y in loader: ...`` over a module-level loader, called
+        as ``train()`` in an epoch loop (pytorch/examples' word_language_model):
+        ``loader.sampler.set_epoch(epoch)`` at the top of that loop."""
+        if "." in loader or loader in [p.name.value for p in func.params.params]:
+            return False
+        if any(P.dotted_name(t.target) == loader for a in P.find(func, cst.Assign) for t in a.targets):
+            return False  # (a loader of the function's own)
+        placed = False
+        for call in P.find(self.module, cst.Call):
+            if not m.matches(call.func, m.Name(func.name.value)):
+                continue
+            loop = self._epoch_loop_around(call)
+            if loop is None:
+                continue
+            if _calls_set_epoch(loop.body):
+                placed = True
+                continue
+            known = self._known_loader(cst.Name(loader), call)
+            if known in ("eval", "other"):
+                continue
+            self._plan(loop, loader, loop.target.value, known != "ours", ("top", loop))
             placed = True
         return placed
 

@@ -19,7 +19,8 @@ becomes::
 (the module is moved to the device first when it was not already).  Code that
 used the bare model afterwards is kept working by ``module-access`` (DDP303).
 An optimizer built from something other than ``<module>.parameters()`` is
-reported.
+reported, and so is a program that trains without a torch.optim optimizer (its
+first ``backward()``): there is no module to tell.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class WrapModel(Transform):
     CODE = "DDP009"
     NAME = "wrap-model"
     DESCRIPTION = "Wrap the model that the optimizer trains in DistributedDataParallel."
-    TRIGGERS = ("optim",)
+    TRIGGERS = ("optim", "backward")
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:
@@ -50,6 +51,19 @@ class WrapModel(Transform):
         self._wrapped: Set[tuple] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self.role.no_optimizer and not getattr(self, "_by_hand_noted", False) and m.matches(
+            node.func, m.Attribute(attr=m.Name("backward"))
+        ):
+            # (pytorch/examples' word_language_model: ``p.data.add_(p.grad, alpha=-lr)``)
+            self._by_hand_noted = True
+            self.manual(
+                node,
+                "this program builds no torch.optim optimizer (one from another library, or "
+                "parameters updated by hand), so no model was found to wrap in DistributedDataParallel: wrap the trained "
+                "module by hand (model = DistributedDataParallel(model, device_ids=[local_rank] if "
+                "torch.cuda.is_available() else None)), or every process trains a copy of its own",
+            )
+            return
         if not any(N.is_optimizer(n) for n in self.qnames(node.func)):
             return
         params = node.args[0].value if node.args else None

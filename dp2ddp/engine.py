@@ -240,6 +240,7 @@ def assign_roles(
             # (a program that wraps in DDP somewhere already is not wrapped again)
             single_device=bool(owners)
             and not any(linked[p].has_data_parallel or linked[p].wraps_ddp for p in program),
+            no_optimizer=bool(owners) and not any(linked[p].builds_optimizer for p in program),
             already_distributed=f.already_distributed
             or any(facts[e].already_distributed for e in owners),
             set_up_by_dp2ddp="dp2ddp" in {facts[p].setup for p in (path, *owners)}
@@ -552,6 +553,17 @@ def convert_sources(
     return ConvertResult(files=list(results.values()))
 
 
+def _program(entry: str, graph: Mapping[str, Set[str]]) -> Set[str]:
+    """The entry point and every file it imports, transitively."""
+    seen, todo = {entry}, [entry]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
 def _withhold_half_programs(
     results: Dict[str, FileResult], roles: Mapping[str, FileRole], linked: Mapping[str, FileFacts]
 ) -> None:
@@ -564,13 +576,7 @@ def _withhold_half_programs(
         return
     graph = _resolve_imports(list(linked), linked)
     for entry in failed:
-        seen, todo = {entry}, [entry]
-        while todo:
-            for nxt in graph.get(todo.pop(), ()):
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-        for path in sorted(seen - {entry}):
+        for path in sorted(_program(entry, graph) - {entry}):
             result = results.get(path)
             if result is not None and result.changed:
                 result.output = None
