@@ -87,21 +87,24 @@ class CollectiveInRankBranch(Rule):
             yield self.diagnostic(src, call)
         # ``if rank == 0: print(sync_metric(loss))``: a function of the file that runs one
         reaching = _collective_functions(src)
-        for call in src.calls if reaching else ():
-            if not (isinstance(call.func, ast.Name) and call.func.id in reaching):
+        methods = _collective_methods(src)
+        for call in src.calls if reaching or methods else ():
+            if isinstance(call.func, ast.Name) and call.func.id in reaching:
+                name, collective = call.func.id, reaching[call.func.id]
+            elif isinstance(call.func, ast.Attribute) and call.func.attr in methods:
+                # ``if rank == 0: model.save_pretrained(path)`` of a class whose method waits in a barrier
+                name, collective = call.func.attr, methods[call.func.attr]
+            else:
                 continue
             branch = rank_branch(src, call)
-            if branch is None or src.function_of(call) is not None and src.function_of(call).name == call.func.id:
+            if branch is None or src.function_of(call) is not None and src.function_of(call).name == name:
                 continue
-            name = call.func.id
-            if _other_branch_has(
-                src, branch, call, lambda n: isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
-            ):
+            if _other_branch_has(src, branch, call, lambda n: isinstance(n, ast.Call) and last_name(n.func) == name):
                 continue
             yield self.diagnostic(
                 src,
                 call,
-                f"{name}() runs a collective ({reaching[name]}) inside a branch that depends on the "
+                f"{name}() runs a collective ({collective}) inside a branch that depends on the "
                 "rank: the other ranks never reach it and this rank waits forever; call it on every "
                 "rank, then use the result under the check",
             )
@@ -157,6 +160,21 @@ def _collective_functions(src: Source) -> dict:
                 ):
                     found[name] = found[call.func.id]
                     changed = True
+                    break
+    return found
+
+
+def _collective_methods(src: Source) -> dict:
+    """Methods of the module's classes that run a collective directly, not behind
+    a rank check of their own: {method name: the collective}."""
+    found: dict = {}
+    for cls in (n for n in src.tree.body if isinstance(n, ast.ClassDef)):
+        for method in cls.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or method.name.startswith("__"):
+                continue
+            for call in ast.walk(method):
+                if isinstance(call, ast.Call) and is_collective(src, call) and rank_branch(src, call) is None:
+                    found.setdefault(method.name, src.qualname(call.func).rsplit(".", 1)[-1])
                     break
     return found
 
