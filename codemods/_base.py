@@ -209,7 +209,18 @@ class Transform(Codemod, cst.CSTTransformer):
         if getattr(self, "_ast_source", None) is None:
             from ._analysis import Source
 
-            self._ast_source = Source(self.context.filename or "<module>", self.module.code)
+            source = Source(self.context.filename or "<module>", self.module.code)
+            # the imports an earlier transform scheduled (applied once, at the end)
+            # name what it wrote: ``DistributedDataParallel`` is torch's already
+            for item in self.context.scratch.get(AddImportsVisitor.CONTEXT_KEY, []):
+                if item.relative:
+                    continue
+                if item.obj_name:
+                    source.aliases.setdefault(item.alias or item.obj_name, f"{item.module_name}.{item.obj_name}")
+                else:
+                    local = item.alias or item.module_name.split(".")[0]
+                    source.aliases.setdefault(local, item.module_name if item.alias else local)
+            self._ast_source = source
         return self._ast_source
 
     def qnames(self, node: cst.CSTNode) -> Set[str]:
