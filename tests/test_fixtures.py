@@ -4,8 +4,9 @@
 program) and must equal ``<case>.out.py``; a case without ``.out.py`` must stay
 byte-for-byte unchanged.  A first line ``# fixture: key=value, ...`` sets
 options (``batch_size=per-process``, ``sync_bn=true``) and the expected manual spots
-(``manual=DDP102``).  Every output must also be a fixed point: converting it
-again changes nothing.
+(``manual=DDP102``); ``<case>.notes`` lists the notes it gets ("line code" per
+line; none without the file).  Every output must also be a fixed point:
+converting it again changes nothing.
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ def test_fixture(case: Path):
     manual = sorted(f.code for f in file.findings if f.kind == "manual")
     expected_manual = sorted(c for c in options.get("manual", "").split("+") if c)
     assert manual == expected_manual, [f"{f.line}: {f.code} {f.message}" for f in file.findings if f.kind == "manual"]
+    # the notes (consequences to know) by line and code: ``<case>.notes``, none without one
+    notes_path = case.with_name(case.name[: -len(".in.py")] + ".notes")
+    notes = sorted({f"{f.line} {f.code}" for f in file.findings if f.kind == "note"}, key=lambda n: (int(n.split()[0]), n))
+    if UPDATE_GOLDEN:
+        if notes:
+            notes_path.write_text("".join(f"{n}\n" for n in notes))
+        elif notes_path.exists():
+            notes_path.unlink()
+    expected_notes = notes_path.read_text().splitlines() if notes_path.exists() else []
+    assert notes == expected_notes, [f"{f.line}: {f.code} {f.message}" for f in file.findings if f.kind == "note"]
     # a fixed point: converting the result again changes nothing
     again = _convert(output, options)
     assert again.output is None or again.output == output
