@@ -600,3 +600,32 @@ def test_a_file_with_cr_only_line_endings_is_left_unchanged_with_the_reason():
     source = b"import torch\rimport torch.nn as nn\rmodel = nn.DataParallel(nn.Linear(2, 2))\r"
     (file,) = convert_sources({"old_mac.py": source}).files
     assert file.output is None and "CR alone (old Mac OS line endings)" in file.error
+
+
+def test_a_conversion_that_is_not_a_fixed_point_is_refused_before_writing(tmp_path, monkeypatch):
+    """The last check before writing: converting the output again must change
+    nothing (and it must parse); a transform that breaks that is a bug in dp2ddp,
+    reported, and the file stays as it was."""
+    import libcst as cst
+
+    from dp2ddp import codemods
+    from dp2ddp.codemods._base import Transform
+
+    class AppendsEveryTime(Transform):
+        NAME = "appends-every-time"
+
+        def leave_Module(self, original_node, updated_node):
+            self.changed(original_node, "one more line")
+            return updated_node.with_changes(body=[*updated_node.body, cst.parse_statement("x = 1")])
+
+    monkeypatch.setattr(codemods, "TRANSFORMS", (AppendsEveryTime,))
+    script = tmp_path / "train.py"
+    source = (FIXTURES / "e2e" / "dp_classifier" / "before" / "train.py").read_bytes()
+    script.write_bytes(source)
+    result = CliRunner().invoke(cli, ["convert", "--write", "-j", "1", str(script)], catch_exceptions=False)
+    assert result.exit_code == 123, result.output
+    assert "not idempotent" in result.output and "+x = 1" in result.output
+    assert script.read_bytes() == source
+    # the diff mode (no write) shows the change: the check guards writes
+    shown = CliRunner().invoke(cli, ["convert", "-j", "1", str(script)], catch_exceptions=False)
+    assert shown.exit_code == 0 and "+x = 1" in shown.output
