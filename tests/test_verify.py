@@ -87,7 +87,6 @@ def test_correct_script_passes_every_check(workdir):
     assert "backend gloo" in checks["process-group"].message
     assert "2 disjoint shards covering 256 of 256" in checks["data-sharded"].message
     assert "checkpoint.pt (rank 0)" in checks["single-writer"].message
-    assert report.duration < 60
     assert (workdir / "checkpoint.pt").read_bytes() == b"mine"
     assert sorted(os.listdir(workdir)) == ["checkpoint.pt"]
 
@@ -183,8 +182,10 @@ def test_hang_is_stopped_within_the_timeout_with_stacks(workdir):
     report = run("hang", timeout=6.0)
     elapsed = time.time() - started
     hang = by_name(report)["no-hang"]
-    assert hang.status == "fail"
-    assert elapsed < 6.0 + 15
+    assert hang.status == "fail" and "6 s" in hang.message, hang.to_dict()
+    # stopped by the timeout, not by the script ending (the hang never ends): a
+    # bound to catch a verify that waits on, not a speed target (benchmarks/)
+    assert elapsed < 6.0 + 60
     assert "train.py:" in (hang.location or "")
     stacks = hang.details["stacks"]
     assert set(stacks) == {"0", "1"} and all("File" in s for s in stacks.values())
