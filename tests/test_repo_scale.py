@@ -108,7 +108,7 @@ def test_interactive_accept_all_equals_write(tmp_path):
     invoke("convert", "--write", expected_dir / "train.py")
     result = invoke("convert", "--interactive", path, input="a\n")
     assert result.exit_code == 0, result.output
-    assert "why: DDP001" in result.output or "why:" in result.output
+    assert "why: imports used by the converted code" in result.output  # (the first hunk; "a" takes the rest)
     assert path.read_text() == (expected_dir / "train.py").read_text()
 
 
@@ -387,7 +387,7 @@ def test_convert_cache_keeps_no_internal_error_and_no_stack_overflow(program, mo
     with monkeypatch.context() as patch:
         patch.setattr(codemods, "TRANSFORMS", (Broken,))
         (broken,) = _converted(sources, cache).values()
-    assert broken[2] and ("boom" in broken[2] or "too deeply nested" in broken[2])
+    assert broken[2] and ("too deeply nested" if isinstance(failure, RecursionError) else "boom") in broken[2]
     assert cache.entries == {}
     (fixed,) = _converted(sources, cache).values()
     assert fixed[2] is None and b"DistributedDataParallel(" in fixed[0]

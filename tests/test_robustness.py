@@ -4,6 +4,7 @@ failed and interrupted writes -- and property tests on generated scripts."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -509,7 +510,14 @@ def test_generated_scripts_convert_to_valid_idempotent_code(data):
     assert file.error is None, file.error
     out = file.output if file.output is not None else data
     compile(out, "script.py", "exec")
-    assert b"DataParallel(" not in out.replace(b"DistributedDataParallel(", b"") or b"# dp2ddp:" in out
+    # the wrap, however DataParallel was spelled (``DP(model)`` too), is DDP now, or
+    # left with its reason in a DDP001 marker right above it (a script that does not
+    # train): never left in silence
+    spelled = re.search(rb"model = ([\w.]+)\(model\)", data).group(1)
+    lines = out.splitlines()
+    left = [i for i, line in enumerate(lines) if spelled + b"(model)" in line and not line.lstrip().startswith(b"#")]
+    assert left or b"DistributedDataParallel(" in out, out.decode()
+    assert all(lines[i - 1].lstrip().startswith(b"# dp2ddp: DDP001") for i in left), out.decode()
     if data.startswith(b"\xef\xbb\xbf"):
         assert out.startswith(b"\xef\xbb\xbf")
     if b"\r\n" in data:
