@@ -3,8 +3,9 @@
 ``fixtures/<transform>/<case>.in.py`` is converted on its own (a one-file
 program) and must equal ``<case>.out.py``; a case without ``.out.py`` must stay
 byte-for-byte unchanged.  A first line ``# fixture: key=value, ...`` sets
-options (``batch_size=per-process``, ``sync_bn=true``) and the expected manual spots
-(``manual=DDP102``); ``<case>.notes`` lists the notes it gets ("line code" per
+options (``batch_size=per-process``, ``sync_bn=true``), the expected manual spots
+(``manual=DDP102``) and, for a whole script, ``run=torchrun``: its output is run
+on two processes; ``<case>.notes`` lists the notes it gets ("line code" per
 line; none without the file).  Every output must also be a fixed point:
 converting it again changes nothing.
 """
@@ -312,3 +313,26 @@ def test_random_draws_seeded_alike_on_every_rank_are_noted(seed, noted):
     assert bool(notes) == noted
     if noted:
         assert notes[0].line == 11
+
+
+#: fixtures whose header says ``run=torchrun``: whole scripts, run converted
+RUNNABLE = [c for c in CASES if _options(c.read_text()).get("run") == "torchrun"]
+
+
+@pytest.mark.parametrize("case", RUNNABLE, ids=[f"{p.parent.name}/{p.name[:-6]}" for p in RUNNABLE])
+def test_converted_fixture_runs_under_torchrun(case: Path, tmp_path):
+    """Not only the text: the converted script trains on two processes (Gloo), and
+    no rank but 0 writes a file."""
+    from conftest import run_script
+
+    expected = case.with_name(case.name[: -len(".in.py")] + ".out.py")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_bytes(expected.read_bytes())
+    run = run_script(work, "train.py", [], distributed=True)
+    assert run.returncode == 0, run.output[-3000:]
+    assert [w for w in run.writes if w["rank"] != "0"] == [], run.writes
+
+
+def test_some_fixtures_are_run():
+    assert len(RUNNABLE) >= 4
