@@ -162,6 +162,7 @@ def test_a_script_that_never_trains_is_not_verified(workdir):
         ("unsharded", "data-sharded", "every rank iterates the whole dataset"),
         ("no-set-epoch", "set-epoch", "same order"),
         ("diverge", "in-sync", "hold different parameters"),
+        ("diverge-early", "in-sync", "after the first step, rank(s) [1] hold different parameters"),
         ("every-rank-saves", "single-writer", "checkpoint.pt is written by ranks [0, 1]"),
         ("leave-early", "no-crash", "rank 1 left the training loop early"),
     ],
