@@ -9,8 +9,14 @@ summary can read results -- without importing LibCST (0.3 s of start-up).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Dict
+
+#: the comment that marks a one-line form spelled out for the transforms
+#: (``_oneliners``): in the code they see, never in an output
+SPELLED_MARK = "# dp2ddp-spelled:"
+SPELLED_MARKS = re.compile(r"[ \t]*# dp2ddp-spelled:\d+")
 
 
 @dataclass(frozen=True)

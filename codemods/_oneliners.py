@@ -24,6 +24,8 @@ from typing import List, Tuple
 
 import libcst as cst
 
+from ._model import SPELLED_MARK, SPELLED_MARKS
+
 #: what the transforms act on: saving and loading, output, devices, the wrap,
 #: the training step, loaders and epochs, the program's entry and exit
 WORDS = re.compile(
@@ -32,23 +34,31 @@ WORDS = re.compile(
 )
 
 
+_MARK, _MARKS = SPELLED_MARK, SPELLED_MARKS
+
+
 class _Expand(cst.CSTTransformer):
     def __init__(self, module: cst.Module) -> None:
         super().__init__()
         self.module = module
-        #: (code before, code after) of each statement spelled out, as the module renders them
-        self.spelled: List[Tuple[str, str]] = []
+        #: (mark, code before, code after) of each statement spelled out: its first
+        #: spelled-out line carries the mark, which ``restore`` finds it by
+        self.spelled: List[Tuple[str, str, str]] = []
 
     def _wanted(self, node: cst.CSTNode) -> bool:
         return bool(WORDS.search(self.module.code_for_node(node)))
+
+    def _mark(self) -> cst.TrailingWhitespace:
+        return cst.TrailingWhitespace(
+            whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"{_MARK}{len(self.spelled)}")
+        )
 
     def leave_SimpleStatementSuite(
         self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
     ) -> cst.BaseSuite:
         if not self._wanted(original_node):
             return updated_node
-        lines = _lines(updated_node.body, updated_node.trailing_whitespace)
-        return cst.IndentedBlock(body=lines)
+        return cst.IndentedBlock(body=_lines(updated_node.body, updated_node.trailing_whitespace))
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
@@ -56,18 +66,45 @@ class _Expand(cst.CSTTransformer):
         if len(updated_node.body) < 2 or not self._wanted(original_node):
             return updated_node
         lines = _lines(updated_node.body, updated_node.trailing_whitespace)
+        lines[0] = lines[0].with_changes(trailing_whitespace=self._mark())
+        self._record(original_node, lines)
         lines[0] = lines[0].with_changes(leading_lines=updated_node.leading_lines)
         return cst.FlattenSentinel(lines)
 
     def on_leave(self, original_node, updated_node):
         result = super().on_leave(original_node, updated_node)
-        split = isinstance(original_node, cst.SimpleStatementLine) and isinstance(result, cst.FlattenSentinel)
-        if split or isinstance(original_node, cst.BaseCompoundStatement) and _suites(original_node) != _suites(result):
-            before = self.module.code_for_node(original_node)
-            nodes = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
-            after = "".join(self.module.code_for_node(n) for n in nodes)
-            self.spelled.append((before, after))
+        if isinstance(original_node, cst.BaseCompoundStatement) and _suites(original_node) != _suites(result):
+            result = _mark_first_block(result, _suites(original_node), self._mark())
+            self._record(original_node, [result])
         return result
+
+    def _record(self, original: cst.CSTNode, nodes: List[cst.CSTNode]) -> None:
+        code = self.module.code_for_node
+        before = code(original.with_changes(leading_lines=()))
+        after = code(nodes[0].with_changes(leading_lines=())) + "".join(code(n) for n in nodes[1:])
+        self.spelled.append((f"{_MARK}{len(self.spelled)}", before, after))
+
+
+def _mark_first_block(node: cst.CSTNode, was_one_line: List[bool], mark: cst.TrailingWhitespace) -> cst.CSTNode:
+    """``node`` with ``mark`` after the colon of its first spelled-out block."""
+    index = 0
+    for name in ("body", "orelse", "handlers", "finalbody"):
+        value = getattr(node, name, None)
+        parts = list(value) if isinstance(value, (list, tuple)) else [value]
+        for position, part in enumerate(parts):
+            holder = isinstance(part, (cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally))
+            block = part.body if holder else part
+            if not isinstance(block, cst.BaseSuite):
+                continue
+            if was_one_line[index] and isinstance(block, cst.IndentedBlock):
+                block = block.with_changes(header=mark)
+                part = part.with_changes(body=block) if holder else block
+                if isinstance(value, (list, tuple)):
+                    parts[position] = part
+                    return node.with_changes(**{name: parts})
+                return node.with_changes(**{name: part})
+            index += 1
+    return node
 
 
 def _suites(node: cst.CSTNode) -> List[bool]:
@@ -91,7 +128,7 @@ def _lines(small: List[cst.BaseSmallStatement], trailing: cst.TrailingWhitespace
     return lines
 
 
-def expand(module: cst.Module) -> Tuple[cst.Module, List[Tuple[str, str]]]:
+def expand(module: cst.Module) -> Tuple[cst.Module, List[Tuple[str, str, str]]]:
     """The module with its relevant one-line forms spelled out, and what was
     spelled out (for ``restore``)."""
     if not any(
@@ -104,29 +141,27 @@ def expand(module: cst.Module) -> Tuple[cst.Module, List[Tuple[str, str]]]:
     return new, expander.spelled
 
 
-def restore(code: str, spelled: List[Tuple[str, str]]) -> str:
-    """Put back each spelled-out statement that the transforms left as it was:
-    its lines, found once in ``code`` under any indentation, become the original
-    one-liner again (indented alike)."""
-    for before, after in spelled:
+def restore(code: str, spelled: List[Tuple[str, str, str]]) -> str:
+    """Put back each spelled-out statement that the transforms left as it was (its
+    lines, found by the mark on its first spelled-out line, are those it was spelled
+    out to), and drop the marks."""
+    lines = code.splitlines(keepends=True)
+    for mark, before, after in reversed(spelled):  # (an outer statement first: it holds the inner ones)
+        pattern = re.compile(re.escape(mark) + r"(?!\d)")
+        at = [k for k, line in enumerate(lines) if pattern.search(line)]
+        if len(at) != 1:
+            continue
+        k = at[0]
         after_lines = after.splitlines(keepends=True)
-        lines = code.splitlines(keepends=True)
-        hits = []
-        for start in range(len(lines) - len(after_lines) + 1):
-            first = lines[start]
-            indent = first[: len(first) - len(first.lstrip(" \t"))]
-            if all(
-                lines[start + i] == (indent + expected if expected.strip() else expected)
-                or (not expected.strip() and lines[start + i] == expected)
-                for i, expected in enumerate(after_lines)
-            ):
-                hits.append((start, indent))
-        if len(hits) != 1:
-            continue  # changed by a transform (or not to be told apart): kept spelled out
-        start, indent = hits[0]
-        before_lines = [
-            (indent + line if line.strip() else line) for line in before.splitlines(keepends=True)
-        ]
-        lines[start : start + len(after_lines)] = before_lines
-        code = "".join(lines)
-    return code
+        offset = next((i for i, line in enumerate(after_lines) if pattern.search(line)), None)
+        if offset is None or k < offset:
+            continue
+        header = lines[k]
+        base = header[: len(header) - len(header.lstrip(" \t"))]
+        start = k - offset
+        expected = [base + line if line.strip() else line for line in after_lines]
+        if lines[start : start + len(after_lines)] == expected:
+            lines[start : start + len(after_lines)] = [
+                base + line if line.strip() else line for line in before.splitlines(keepends=True)
+            ]
+    return _MARKS.sub("", "".join(lines))

@@ -28,6 +28,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dp2ddp.codemods import _names as N
 from dp2ddp.codemods._model import (
+    SPELLED_MARKS,
     FileRole,
     Finding,
     Settings,
@@ -259,6 +260,7 @@ class LineMap:
             a, b = original.splitlines(), current.splitlines()
             self._ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
             self._len = len(a)
+            self._a, self._b = a, b
 
     def __call__(self, line: int) -> int:
         if self._same or line <= 0:
@@ -268,6 +270,13 @@ class LineMap:
             if j1 <= index < j2 or (tag == "insert" and index == j1):
                 if tag == "equal":
                     return i1 + (index - j1) + 1
+                # a changed region: the original line that holds this line's code (a
+                # statement spelled out of ``a; b``, or put under a check), else its first
+                text = SPELLED_MARKS.sub("", self._b[index]).strip() if index < len(self._b) else ""
+                if len(text) >= 4:
+                    for i in range(i1, i2):
+                        if text in self._a[i]:
+                            return i + 1
                 return min(i1 + 1, max(self._len, 1))
         return line
 
@@ -322,7 +331,10 @@ def run_transforms(
 
     findings: List[Finding] = []
     code = module.code
-    original_code = code if original_code is None else original_code
+    # lines of the code a transform saw -> lines of the module handed in -> the file's
+    # (two steps: the respelling and the transforms' edits each align well alone)
+    to_file = LineMap(original_code, code) if original_code is not None else (lambda line: line)
+    start_code = code
     wrapper = None
     # one context for all: the imports they schedule are applied once, at the end
     context = CodemodContext(filename=path)
@@ -344,9 +356,9 @@ def run_transforms(
             raise InternalError(
                 f"{path}: transform {transform_cls.NAME} crashed: {exc!r}\n{traceback.format_exc()}"
             ) from exc
-        line_map = LineMap(original_code, code)
+        line_map = LineMap(start_code, code)
         for finding in transform.findings:
-            finding.line = line_map(finding.line)
+            finding.line = to_file(line_map(finding.line))
             finding.path = path
             findings.append(finding)
         if any(f.kind in ("change", "manual") for f in transform.findings):
@@ -752,6 +764,7 @@ def apply_transforms(
 
     def run(module: cst.Module, original_code: str):
         findings = []
+        to_file, start_code = LineMap(original_code, module.code), module.code
         context = CodemodContext(filename=path)
         for transform_cls in selected:
             transform = transform_cls(context, settings, role)
@@ -761,9 +774,9 @@ def apply_transforms(
                 raise
             except Exception as exc:
                 raise InternalError(f"{path}: transform {transform_cls.NAME} crashed: {exc!r}") from exc
-            line_map = LineMap(original_code, module.code)
+            line_map = LineMap(start_code, module.code)
             for finding in transform.findings:
-                finding.line = line_map(finding.line)
+                finding.line = to_file(line_map(finding.line))
             findings.extend(transform.findings)
             if any(f.kind in ("change", "manual") for f in transform.findings):
                 module = new_module

@@ -637,3 +637,47 @@ def test_a_conversion_that_is_not_a_fixed_point_is_refused_before_writing(tmp_pa
     # the diff mode (no write) shows the change: the check guards writes
     shown = CliRunner().invoke(cli, ["convert", "-j", "1", str(script)], catch_exceptions=False)
     assert shown.exit_code == 0 and "+x = 1" in shown.output
+
+
+ONE_LINERS = b'''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+VERBOSE = True
+if VERBOSE:
+    print("starting")
+    print("really")
+
+
+def main():
+    model = nn.DataParallel(nn.Linear(4, 1)); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1)); loader = DataLoader(data, batch_size=8, shuffle=True)
+    if VERBOSE: print("starting")
+    for epoch in range(2):
+        if epoch > 5: opt.param_groups[0]["lr"] *= 0.1  # step decay
+
+        for x, y in loader:
+            opt.zero_grad(); nn.functional.mse_loss(model(x), y).backward(); opt.step()
+        if epoch > 5: opt.param_groups[0]["lr"] *= 0.1  # step decay
+
+
+if __name__ == "__main__": main()
+'''
+
+
+def test_one_line_forms_are_put_back_where_they_were_and_findings_keep_their_lines():
+    """Only what was spelled out is put back (an identical block elsewhere is not
+    touched), every unchanged one-liner is put back, and findings name the lines of
+    the file as written."""
+    (file,) = convert_sources({"script.py": ONE_LINERS}).files
+    assert file.error is None, file.error
+    out = file.output.decode()
+    assert 'if VERBOSE:\n    print("starting")\n    print("really")\n' in out  # the module's block, as it was
+    assert '    if VERBOSE:\n        if dist.get_rank() == 0:\n            print("starting")\n' in out
+    assert out.count('        if epoch > 5: opt.param_groups[0]["lr"] *= 0.1  # step decay\n') == 2
+    assert "            opt.zero_grad(); nn.functional.mse_loss(model(x), y).backward(); opt.step()\n" in out
+    assert "dp2ddp-spelled" not in out
+    lines = {(f.code, f.line) for f in file.findings}
+    assert ("DDP001", 12) in lines and ("DDP101", 13) in lines and ("DDP301", 14) in lines, sorted(lines)
+    (again,) = convert_sources({"script.py": file.output}).files
+    assert again.output in (None, file.output)
