@@ -706,6 +706,9 @@ class Transform(Codemod, cst.CSTTransformer):
             and result.orelse is None
             and id(result.body) in self._emptied
             and P.is_pure(result.test)
+            and not P.find(result.test, cst.NamedExpr)  # (``if (n := ...)``: binds a name)
+            and not any(line.comment for line in result.body.footer)
+            and result.body.header.comment is None
         ):
             # ``if torch.cuda.is_available(): torch.cuda.set_device(0)`` with its
             # statement removed: the check has nothing left to guard
