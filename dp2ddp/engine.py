@@ -582,21 +582,36 @@ def _withhold_half_programs(
     """An entry point that could not be converted leaves its modules as they were:
     converted on their own (a DistributedSampler, guards on the rank) they would
     need the process group the entry no longer sets up, and the program would fail
-    even under plain ``python``."""
+    even under plain ``python``.  Another entry point that imports one of those
+    modules is then left as it was too (converted without its loader's sampler it
+    would train every rank on all the data), and so on."""
     failed = [p for p, role in roles.items() if role.is_entry and results[p].error is not None]
     if not failed:
         return
     graph = _resolve_imports(list(linked), linked)
-    for entry in failed:
-        for path in sorted(_program(entry, graph) - {entry}):
-            result = results.get(path)
-            if result is not None and result.changed:
-                result.output = None
-                result.error = (
-                    f"{path}:1:1: not converted: the entry point {entry}, which imports it, could not be "
-                    "converted (see its error), and this file converted alone would need the process "
-                    "group that entry point sets up; left unchanged"
-                )
+    entries = [p for p, role in roles.items() if role.is_entry]
+    programs = {entry: _program(entry, graph) for entry in entries}
+    withheld: Dict[str, str] = {}  # path -> the entry point that could not be converted
+    todo = list(failed)
+    while todo:
+        entry = todo.pop()
+        for path in sorted(programs[entry] - {entry}):
+            if path in withheld:
+                continue
+            withheld[path] = entry
+            for other in entries:  # another program that shares the module
+                if other not in withheld and other not in failed and path in programs[other]:
+                    withheld[other] = entry
+                    todo.append(other)
+    for path, entry in sorted(withheld.items()):
+        result = results.get(path)
+        if result is not None and result.changed:
+            result.output = None
+            result.error = (
+                f"{path}:1:1: not converted: the entry point {entry}, which shares this program, could "
+                "not be converted (see its error), and this file converted without it would leave the "
+                "program half-converted; left unchanged"
+            )
 
 
 def _star_findings(path: str, file_facts: FileFacts) -> List[Finding]:

@@ -122,6 +122,13 @@ def test_an_entry_point_that_fails_leaves_the_modules_of_its_program_unchanged(t
 
     shutil.copytree(FIXTURES / "e2e" / "multi_file" / "before", tmp_path / "prog")
     (tmp_path / "solo.py").write_bytes(DP_SCRIPT)  # another program: converted
+    # a second entry point sharing the loader module: converted without the loader's
+    # sampler it would train every rank on all the data -- left as it was too
+    (tmp_path / "prog" / "finetune.py").write_text(
+        (tmp_path / "prog" / "train.py").read_text().replace("def main", "def finetune_main").replace(
+            "main()", "finetune_main()"
+        )
+    )
     before = {p: p.read_bytes() for p in (tmp_path / "prog").iterdir()}
     real = engine._convert_one
 
@@ -134,7 +141,7 @@ def test_an_entry_point_that_fails_leaves_the_modules_of_its_program_unchanged(t
     result = run("convert", "--write", "-j", "1", str(tmp_path))
     assert result.exit_code == 123
     assert {p: p.read_bytes() for p in (tmp_path / "prog").iterdir()} == before
-    for name in ("data.py", "model.py"):
+    for name in ("data.py", "model.py", "finetune.py"):
         assert f"prog/{name}:1:1: not converted: the entry point" in result.stderr
     assert b"DistributedDataParallel" in (tmp_path / "solo.py").read_bytes()
 
