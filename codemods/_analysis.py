@@ -1030,7 +1030,11 @@ def unseeded_random_splits(src: Source) -> List[ast.Call]:
     process draws its own split."""
     if "random_split" not in src.text:
         return []
-    splits = [c for c in src.calls_to(N.RANDOM_SPLIT) if keyword(c, "generator") is None and len(c.args) < 3]
+    splits = [
+        c for c in src.calls_to(N.RANDOM_SPLIT)
+        if keyword(c, "generator") is None and len(c.args) < 3
+        and not any(k.arg is None for k in c.keywords)  # (``**kwargs`` may hold it)
+    ]
     if not splits:
         return []
     for call in src.calls:

@@ -44,6 +44,16 @@ class RandomSplit(Transform):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.position(original_node) not in self._lines:
             return updated_node
+        code = self.module.code_for_node(original_node)
+        if any(a.star for a in original_node.args) or "\n" in code or "#" in code:
+            # (``*args`` may hold a generator; a call over several lines keeps its layout)
+            self.manual(
+                original_node,
+                "random_split without a generator: each process draws its own split; add "
+                f"generator={self.torch()}.Generator().manual_seed(0) to this call (left as written: "
+                "its *args, or its lines and comments)",
+            )
+            return updated_node
         generator = cst.parse_expression(f"{self.torch()}.Generator().manual_seed(0)")
         last = updated_node.args[-1]
         args = [*updated_node.args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
