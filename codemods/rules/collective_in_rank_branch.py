@@ -7,6 +7,7 @@ from typing import Iterator, List
 
 from .._analysis import (
     Source,
+    bound_values,
     calls_method,
     ddp_wrapped_names,
     dotted,
@@ -91,9 +92,11 @@ class CollectiveInRankBranch(Rule):
         for call in src.calls if reaching or methods else ():
             if isinstance(call.func, ast.Name) and call.func.id in reaching:
                 name, collective = call.func.id, reaching[call.func.id]
-            elif isinstance(call.func, ast.Attribute) and call.func.attr in methods:
+            elif isinstance(call.func, ast.Attribute) and call.func.attr in methods and _instance_of(
+                src, call.func.value, methods[call.func.attr][1]
+            ):
                 # ``if rank == 0: model.save_pretrained(path)`` of a class whose method waits in a barrier
-                name, collective = call.func.attr, methods[call.func.attr]
+                name, collective = call.func.attr, methods[call.func.attr][0]
             else:
                 continue
             branch = rank_branch(src, call)
@@ -166,7 +169,7 @@ def _collective_functions(src: Source) -> dict:
 
 def _collective_methods(src: Source) -> dict:
     """Methods of the module's classes that run a collective directly, not behind
-    a rank check of their own: {method name: the collective}."""
+    a rank check of their own: {method name: (the collective, the class)}."""
     found: dict = {}
     for cls in (n for n in src.tree.body if isinstance(n, ast.ClassDef)):
         for method in cls.body:
@@ -174,9 +177,21 @@ def _collective_methods(src: Source) -> dict:
                 continue
             for call in ast.walk(method):
                 if isinstance(call, ast.Call) and is_collective(src, call) and rank_branch(src, call) is None:
-                    found.setdefault(method.name, src.qualname(call.func).rsplit(".", 1)[-1])
+                    found.setdefault(method.name, (src.qualname(call.func).rsplit(".", 1)[-1], cls))
                     break
     return found
+
+
+def _instance_of(src: Source, receiver: ast.AST, cls: ast.ClassDef) -> bool:
+    """``receiver`` is an object of ``cls``: ``self`` in its methods, or a name bound
+    to ``cls(...)`` (a method name alone could be another object's: a progress
+    bar's ``update``)."""
+    if isinstance(receiver, ast.Name) and receiver.id == "self":
+        return any(a is cls for a in src.ancestors(receiver))
+    if not isinstance(receiver, ast.Name):
+        return False
+    values = bound_values(src, receiver.id)
+    return bool(values) and all(isinstance(v, ast.Call) and dotted(v.func) == cls.name for v in values)
 
 
 def _other_branch_has(src: Source, branch, node, predicate) -> bool:
