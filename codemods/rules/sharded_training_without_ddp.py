@@ -81,7 +81,11 @@ class ShardedTrainingWithoutDDP(Rule):
         for call in src.calls:
             if not N.is_optimizer(src.qualname(call.func)):
                 continue
+            func = src.function_of(call)
+            params = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)} if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
             for name in _trained_models(src, call):
+                if name.split(".")[0] in params - {"self"}:
+                    continue  # a model handed in (Hogwild's train(rank, model)): built, and maybe wrapped, elsewhere
                 if name in called and _built_here(src, name):
                     yield self.diagnostic(src, call, self.MESSAGE.format(name=name))
                     break
@@ -112,13 +116,24 @@ def _synchronised(src: Source) -> bool:
         for node in src.nodes:
             if isinstance(node, (ast.Name, ast.Attribute)) and src.qualname(node).startswith(_SYNC_PREFIXES):
                 return True
-    if "grad" in src.text:
-        for call in src.calls:
-            hook = isinstance(call.func, ast.Attribute) and call.func.attr == "register_hook"
-            if (hook or is_collective(src, call)) and any(
-                "grad" in dotted(node).lower() for arg in call.args for node in ast.walk(arg)
-            ):
-                return True  # dist.all_reduce(p.grad), p.register_hook(average_grad)
+    for call in src.calls:
+        hook = isinstance(call.func, ast.Attribute) and call.func.attr == "register_hook"
+        if (hook or is_collective(src, call)) and any(
+            "grad" in dotted(node).lower() for arg in call.args for node in ast.walk(arg)
+        ):
+            return True  # dist.all_reduce(p.grad), p.register_hook(average_grad)
+        if is_collective(src, call) and _over_parameters(src, call):
+            return True  # local SGD: the parameters themselves averaged every k steps
+    return False
+
+
+def _over_parameters(src: Source, call: ast.Call) -> bool:
+    """The collective is in a loop over a model's parameters (``for p in
+    model.parameters(): dist.all_reduce(p.data)``)."""
+    for loop in src.ancestors(call):
+        if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Attribute):
+            if loop.iter.func.attr in _PARAMETERS:
+                return True
     return False
 
 
