@@ -199,13 +199,7 @@ def assign_roles(
 
     def closure(start: str) -> Set[str]:
         if start not in closures:
-            seen, todo = {start}, [start]
-            while todo:
-                for nxt in graph.get(todo.pop(), ()):
-                    if nxt not in seen:
-                        seen.add(nxt)
-                        todo.append(nxt)
-            closures[start] = seen
+            closures[start] = _program(start, graph)
         return closures[start]
 
     def convertible(files: Set[str]) -> bool:
