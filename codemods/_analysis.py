@@ -1023,17 +1023,18 @@ def _walk_training(loop: ast.AST) -> Iterator[ast.AST]:
         todo.extend(ast.iter_child_nodes(node))
 
 
-def unseeded_random_splits(src: Source) -> List[ast.Call]:
+def unseeded_random_splits(src: Source, with_kwargs: bool = False) -> List[ast.Call]:
     """``random_split(dataset, [n, m])`` without a ``generator=``, in a file that
     does not seed torch alike on every process first (``torch.manual_seed(0)``,
     ``seed_everything(seed)``; a seed that names the rank differs): under DDP each
-    process draws its own split."""
+    process draws its own split.  ``with_kwargs``: also those with ``**kwargs``
+    (which may hold a generator)."""
     if "random_split" not in src.text:
         return []
     splits = [
         c for c in src.calls_to(N.RANDOM_SPLIT)
         if keyword(c, "generator") is None and len(c.args) < 3
-        and not any(k.arg is None for k in c.keywords)  # (``**kwargs`` may hold it)
+        and (with_kwargs or not any(k.arg is None for k in c.keywords))  # (``**kwargs`` may hold it)
     ]
     if not splits:
         return []

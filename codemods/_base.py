@@ -41,7 +41,7 @@ from libcst.metadata import (
 
 from . import _names as N
 from . import _patterns as P
-from ._model import FileRole, Finding, Settings  # noqa: F401 (the transforms' vocabulary)
+from ._model import SPELLED_MARKS, FileRole, Finding, Settings  # noqa: F401 (the transforms' vocabulary)
 
 MARKER = "# dp2ddp:"
 
@@ -708,7 +708,7 @@ class Transform(Codemod, cst.CSTTransformer):
             and P.is_pure(result.test)
             and not P.find(result.test, cst.NamedExpr)  # (``if (n := ...)``: binds a name)
             and not any(line.comment for line in result.body.footer)
-            and result.body.header.comment is None
+            and (result.body.header.comment is None or SPELLED_MARKS.fullmatch(result.body.header.comment.value))
         ):
             # ``if torch.cuda.is_available(): torch.cuda.set_device(0)`` with its
             # statement removed: the check has nothing left to guard
@@ -779,7 +779,7 @@ class Transform(Codemod, cst.CSTTransformer):
         for candidate in (preferred, f"dp2ddp_{preferred}"):
             existing = self._module_function(candidate)
             if existing is not None:
-                if "dp2ddp" in self.module.code_for_node(existing):
+                if "(added by dp2ddp)" in (existing.get_docstring() or ""):
                     return candidate
                 continue
             if self._free_global(candidate):

@@ -16,7 +16,7 @@ from typing import Dict
 #: the comment that marks a one-line form spelled out for the transforms
 #: (``_oneliners``): in the code they see, never in an output
 SPELLED_MARK = "# dp2ddp-spelled:"
-SPELLED_MARKS = re.compile(r"[ \t]*# dp2ddp-spelled:\d+")
+SPELLED_MARKS = re.compile(r"[ \t]*# dp2ddp-spelled:[0-9a-f]+:\d+")
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,12 @@ the conversion changed.
 from __future__ import annotations
 
 import re
+import secrets
 from typing import List, Tuple
 
 import libcst as cst
 
-from ._model import SPELLED_MARK, SPELLED_MARKS
+from ._model import SPELLED_MARK
 
 #: what the transforms act on: saving and loading, output, devices, the wrap,
 #: the training step, loaders and epochs, the program's entry and exit
@@ -34,13 +35,15 @@ WORDS = re.compile(
 )
 
 
-_MARK, _MARKS = SPELLED_MARK, SPELLED_MARKS
+_MARK = SPELLED_MARK
 
 
 class _Expand(cst.CSTTransformer):
     def __init__(self, module: cst.Module) -> None:
         super().__init__()
         self.module = module
+        # (a mark no file already holds: ``restore`` strips exactly these)
+        self.nonce = secrets.token_hex(4)
         #: (mark, code before, code after) of each statement spelled out: its first
         #: spelled-out line carries the mark, which ``restore`` finds it by
         self.spelled: List[Tuple[str, str, str]] = []
@@ -50,7 +53,7 @@ class _Expand(cst.CSTTransformer):
 
     def _mark(self) -> cst.TrailingWhitespace:
         return cst.TrailingWhitespace(
-            whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"{_MARK}{len(self.spelled)}")
+            whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"{_MARK}{self.nonce}:{len(self.spelled)}")
         )
 
     def leave_SimpleStatementSuite(
@@ -82,7 +85,7 @@ class _Expand(cst.CSTTransformer):
         code = self.module.code_for_node
         before = code(original.with_changes(leading_lines=()))
         after = code(nodes[0].with_changes(leading_lines=())) + "".join(code(n) for n in nodes[1:])
-        self.spelled.append((f"{_MARK}{len(self.spelled)}", before, after))
+        self.spelled.append((f"{_MARK}{self.nonce}:{len(self.spelled)}", before, after))
 
 
 def _mark_first_block(node: cst.CSTNode, was_one_line: List[bool], mark: cst.TrailingWhitespace) -> cst.CSTNode:
@@ -164,4 +167,7 @@ def restore(code: str, spelled: List[Tuple[str, str, str]]) -> str:
             lines[start : start + len(after_lines)] = [
                 base + line if line.strip() else line for line in before.splitlines(keepends=True)
             ]
-    return _MARKS.sub("", "".join(lines))
+    code = "".join(lines)
+    for mark, _, _ in spelled:
+        code = re.sub(r"[ \t]*" + re.escape(mark) + r"(?!\d)", "", code)
+    return code

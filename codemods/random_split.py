@@ -38,7 +38,9 @@ class RandomSplit(Transform):
         return role.in_program and not role.already_distributed
 
     def visit_Module(self, node: cst.Module) -> bool:
-        self._lines: Set[tuple] = {(c.lineno, c.col_offset + 1) for c in A.unseeded_random_splits(self.ast_source)}
+        self._lines: Set[tuple] = {
+            (c.lineno, c.col_offset + 1) for c in A.unseeded_random_splits(self.ast_source, with_kwargs=True)
+        }
         return bool(self._lines)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -46,12 +48,12 @@ class RandomSplit(Transform):
             return updated_node
         code = self.module.code_for_node(original_node)
         if any(a.star for a in original_node.args) or "\n" in code or "#" in code:
-            # (``*args`` may hold a generator; a call over several lines keeps its layout)
+            # (``*args``/``**kwargs`` may hold a generator; a call over several lines keeps its layout)
             self.manual(
                 original_node,
                 "random_split without a generator: each process draws its own split; add "
-                f"generator={self.torch()}.Generator().manual_seed(0) to this call (left as written: "
-                "its *args, or its lines and comments)",
+                f"generator={self.torch()}.Generator().manual_seed(0) to this call, unless its "
+                "*args/**kwargs hold one (left as written: its arguments, or its lines and comments)",
             )
             return updated_node
         generator = cst.parse_expression(f"{self.torch()}.Generator().manual_seed(0)")

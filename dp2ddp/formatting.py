@@ -9,6 +9,8 @@ from typing import List, Set
 
 import libcst as cst
 
+from dp2ddp.codemods._model import SPELLED_MARKS
+
 
 def format_changed(original: cst.Module, new: cst.Module, line_length: int = 88) -> cst.Module:
     """Black-format the statements the transforms wrote that are over ``line_length``."""
@@ -51,8 +53,8 @@ class _Reformat(cst.CSTTransformer):
             return updated_node
         indent = "".join(self.indents)
         width = len(indent.expandtabs(4))
-        if all(width + len(line) <= self.line_length for line in code.splitlines()):
-            return updated_node
+        if all(width + len(SPELLED_MARKS.sub("", line)) <= self.line_length for line in code.splitlines()):
+            return updated_node  # (a respelling mark, gone from the output, takes no room)
         try:
             formatted = _black_format(code, self.line_length - width)
             body = cst.parse_module(formatted).body
@@ -79,7 +81,7 @@ class _Reformat(cst.CSTTransformer):
             return node
         first_line = header.splitlines()[0] if header else ""
         width = len("".join(self.indents).expandtabs(4))
-        if width + len(first_line) <= self.line_length:
+        if width + len(SPELLED_MARKS.sub("", first_line)) <= self.line_length:
             return node
         try:
             formatted = _black_format(header, self.line_length - width)

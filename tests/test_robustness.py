@@ -681,3 +681,44 @@ def test_one_line_forms_are_put_back_where_they_were_and_findings_keep_their_lin
     assert ("DDP001", 12) in lines and ("DDP101", 13) in lines and ("DDP301", 14) in lines, sorted(lines)
     (again,) = convert_sources({"script.py": file.output}).files
     assert again.output in (None, file.output)
+
+
+def test_the_respelling_mark_changes_nothing_the_transforms_decide():
+    """The mark on a spelled-out one-liner is invisible to the conversion: a user's
+    one-line function is not taken for dp2ddp's helper, an emptied one-line check
+    goes like a two-line one, the mark takes no room in black's line length, and
+    text of the user's that looks like a mark is kept."""
+    source = b'''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+s = "keep  # dp2ddp-spelled:0 this"
+
+
+def per_rank_batch_size(n): return n * 2
+
+
+def main():
+    if torch.cuda.is_available(): torch.cuda.set_device(0)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=per_rank_batch_size(8), shuffle=True)
+    model = nn.DataParallel(nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    inputs, targets = torch.randn(64, 4).cuda(), torch.randn(64, 1).cuda(); print(inputs.shape)
+    for x, y in loader:
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+    (file,) = convert_sources({"script.py": source}).files
+    assert file.error is None, file.error
+    out = file.output.decode()
+    assert "batch_size=dp2ddp_per_rank_batch_size(per_rank_batch_size(8))" in out
+    assert "set_device(0)" not in out and "pass\n" not in out
+    assert "    inputs, targets = torch.randn(64, 4).to(device), torch.randn(64, 1).to(device)\n" in out
+    assert 's = "keep  # dp2ddp-spelled:0 this"\n' in out
+    assert "def per_rank_batch_size(n): return n * 2\n" in out
