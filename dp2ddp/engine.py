@@ -257,22 +257,29 @@ class LineMap:
             self._a, self._b = a, b
 
     def __call__(self, line: int) -> int:
+        return self.position(line, 1)[0]
+
+    def position(self, line: int, column: int) -> Tuple[int, int]:
+        """(line, column) in the original text of a position in the current one."""
         if self._same or line <= 0:
-            return line
+            return line, column
         index = line - 1
         for tag, i1, i2, j1, j2 in self._ops:
             if j1 <= index < j2 or (tag == "insert" and index == j1):
                 if tag == "equal":
-                    return i1 + (index - j1) + 1
+                    return i1 + (index - j1) + 1, column
                 # a changed region: the original line that holds this line's code (a
                 # statement spelled out of ``a; b``, or put under a check), else its first
-                text = SPELLED_MARKS.sub("", self._b[index]).strip() if index < len(self._b) else ""
+                current = self._b[index] if index < len(self._b) else ""
+                text = SPELLED_MARKS.sub("", current).strip()
                 if len(text) >= 4:
                     for i in range(i1, i2):
-                        if text in self._a[i]:
-                            return i + 1
-                return min(i1 + 1, max(self._len, 1))
-        return line
+                        at = self._a[i].find(text)
+                        if at >= 0:
+                            indent = len(current) - len(current.lstrip())
+                            return i + 1, max(1, at + column - indent)
+                return min(i1 + 1, max(self._len, 1)), column
+        return line, column
 
 
 # ------------------------------------------------------------------ the pipeline
@@ -327,7 +334,7 @@ def run_transforms(
     code = module.code
     # lines of the code a transform saw -> lines of the module handed in -> the file's
     # (two steps: the respelling and the transforms' edits each align well alone)
-    to_file = LineMap(original_code, code) if original_code is not None else (lambda line: line)
+    to_file = LineMap(original_code if original_code is not None else code, code)
     start_code = code
     wrapper = None
     # one context for all: the imports they schedule are applied once, at the end
@@ -352,7 +359,7 @@ def run_transforms(
             ) from exc
         line_map = LineMap(start_code, code)
         for finding in transform.findings:
-            finding.line = to_file(line_map(finding.line))
+            finding.line, finding.column = to_file.position(line_map(finding.line), finding.column)
             finding.path = path
             findings.append(finding)
         if any(f.kind in ("change", "manual") for f in transform.findings):
@@ -785,7 +792,7 @@ def apply_transforms(
                 raise InternalError(f"{path}: transform {transform_cls.NAME} crashed: {exc!r}") from exc
             line_map = LineMap(start_code, module.code)
             for finding in transform.findings:
-                finding.line = to_file(line_map(finding.line))
+                finding.line, finding.column = to_file.position(line_map(finding.line), finding.column)
             findings.extend(transform.findings)
             if any(f.kind in ("change", "manual") for f in transform.findings):
                 module = new_module

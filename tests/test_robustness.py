@@ -679,6 +679,9 @@ def test_one_line_forms_are_put_back_where_they_were_and_findings_keep_their_lin
     assert "dp2ddp-spelled" not in out
     lines = {(f.code, f.line) for f in file.findings}
     assert ("DDP001", 12) in lines and ("DDP101", 13) in lines and ("DDP301", 14) in lines, sorted(lines)
+    # and columns: the DataLoader after `data = ...; ` on line 13
+    (loader,) = {(f.line, f.column) for f in file.findings if f.code == "DDP101" and f.kind == "change"}
+    assert loader == (13, ONE_LINERS.splitlines()[12].index(b"DataLoader(") + 1)
     (again,) = convert_sources({"script.py": file.output}).files
     assert again.output in (None, file.output)
 
