@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import libcst as cst
 
@@ -47,6 +47,7 @@ class _Expand(cst.CSTTransformer):
         #: (mark, code before, code after) of each statement spelled out: its first
         #: spelled-out line carries the mark, which ``restore`` finds it by
         self.spelled: List[Tuple[str, str, str]] = []
+        self._records: Dict[int, int] = {}  # a spelled-out compound statement -> its record
 
     def _wanted(self, node: cst.CSTNode) -> bool:
         return bool(WORDS.search(self.module.code_for_node(node)))
@@ -74,11 +75,21 @@ class _Expand(cst.CSTTransformer):
         lines[0] = lines[0].with_changes(leading_lines=updated_node.leading_lines)
         return cst.FlattenSentinel(lines)
 
+    def leave_MatchCase(self, original_node: cst.MatchCase, updated_node: cst.MatchCase) -> cst.MatchCase:
+        # (``case 1: x = 6``: no statement of its own to mark and put back; left as written)
+        return updated_node.with_changes(body=original_node.body)
+
     def on_leave(self, original_node, updated_node):
         result = super().on_leave(original_node, updated_node)
         if isinstance(original_node, cst.BaseCompoundStatement) and _suites(original_node) != _suites(result):
             result = _mark_first_block(result, _suites(original_node), self._mark())
             self._record(original_node, [result])
+            self._records[id(result)] = len(self.spelled) - 1
+        if isinstance(result, cst.If) and id(result.orelse) in self._records:
+            # an ``elif`` renders as ``if`` on its own: its lines in the file say ``elif``
+            index = self._records[id(result.orelse)]
+            mark, before, after = self.spelled[index]
+            self.spelled[index] = (mark, "el" + before, "el" + after)
         return result
 
     def _record(self, original: cst.CSTNode, nodes: List[cst.CSTNode]) -> None:

@@ -661,6 +661,16 @@ def main():
         if epoch > 5: opt.param_groups[0]["lr"] *= 0.1  # step decay
 
 
+def schedule(flag):
+    if flag == 1:
+        epochs = 3
+    elif flag == 2: epochs = 4
+    else: epochs = 5
+    match flag:
+        case 1: epochs = 6
+    return epochs
+
+
 if __name__ == "__main__": main()
 '''
 
@@ -677,6 +687,7 @@ def test_one_line_forms_are_put_back_where_they_were_and_findings_keep_their_lin
     assert out.count('        if epoch > 5: opt.param_groups[0]["lr"] *= 0.1  # step decay\n') == 2
     assert "            opt.zero_grad(); nn.functional.mse_loss(model(x), y).backward(); opt.step()\n" in out
     assert "dp2ddp-spelled" not in out
+    assert "    elif flag == 2: epochs = 4\n    else: epochs = 5\n" in out and "        case 1: epochs = 6\n" in out
     lines = {(f.code, f.line) for f in file.findings}
     assert ("DDP001", 12) in lines and ("DDP101", 13) in lines and ("DDP301", 14) in lines, sorted(lines)
     # and columns: the DataLoader after `data = ...; ` on line 13
