@@ -356,13 +356,37 @@ class SaveOnMainProcess(MainProcessGuard):
                 self.insert_after(node, barrier)
 
     def _saving_functions(self) -> Set[str]:
+        """Functions that save: with a ``torch.save`` of their own, or -- for the
+        module's functions -- through another saving function or a saving object
+        of a class of the file (``def save_all(): checkpointer.save(model)``)."""
         if getattr(self, "_savers", None) is None:
             self._savers = {
                 func.name.value
                 for func in P.find(self.module, cst.FunctionDef)
                 if any(self.is_call(c, N.TORCH_SAVE) for c in _calls(func))
             }
+            functions = [f for f in self.module.body if isinstance(f, cst.FunctionDef)]
+            grew = True
+            while grew:
+                grew = False
+                for func in functions:
+                    if func.name.value not in self._savers and any(self._saves(c) for c in _calls(func)):
+                        self._savers.add(func.name.value)
+                        grew = True
         return self._savers
+
+    def _saves(self, call: cst.Call) -> bool:
+        """``call`` runs a saving function of the module, or a saving method of an
+        object of a class of the file."""
+        func = call.func
+        if isinstance(func, cst.Name) and func.value in self._savers and any(
+            isinstance(f, cst.FunctionDef) and f.name.value == func.value for f in self.module.body
+        ):
+            return True
+        owner = func.value if isinstance(func, cst.Attribute) else func
+        method = func.attr.value if isinstance(func, cst.Attribute) else "__call__"
+        cls = self._class_of_instance(owner, call) if isinstance(owner, cst.Name) else None
+        return cls is not None and method in self._saving_methods(cls)
 
     def _saving_methods(self, cls: cst.ClassDef) -> Set[str]:
         """The methods of ``cls`` that save, themselves or through another of its
