@@ -23,7 +23,7 @@ import dataclasses
 import re
 from contextlib import contextmanager
 from types import MappingProxyType
-from typing import ClassVar, Dict, Iterable, List, Optional, Sequence, Set, Union
+from typing import ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -212,14 +212,8 @@ class Transform(Codemod, cst.CSTTransformer):
             source = Source(self.context.filename or "<module>", self.module.code)
             # the imports an earlier transform scheduled (applied once, at the end)
             # name what it wrote: ``DistributedDataParallel`` is torch's already
-            for item in self.context.scratch.get(AddImportsVisitor.CONTEXT_KEY, []):
-                if item.relative:
-                    continue
-                if item.obj_name:
-                    source.aliases.setdefault(item.alias or item.obj_name, f"{item.module_name}.{item.obj_name}")
-                else:
-                    local = item.alias or item.module_name.split(".")[0]
-                    source.aliases.setdefault(local, item.module_name if item.alias else local)
+            for local, full in self._scheduled_imports():
+                source.aliases.setdefault(local, full)
             self._ast_source = source
         return self._ast_source
 
@@ -246,18 +240,26 @@ class Transform(Codemod, cst.CSTTransformer):
         if not dotted:
             return set()
         head, _, rest = dotted.partition(".")
+        for local, full in self._scheduled_imports():
+            if local == head:
+                return {f"{full}.{rest}" if rest else full}
+        return set()
+
+    def _scheduled_imports(self) -> Iterator[Tuple[str, str]]:
+        """(local name, what it stands for) of each import scheduled so far:
+        ``from torch.nn.parallel import DistributedDataParallel`` ->
+        (DistributedDataParallel, torch.nn.parallel.DistributedDataParallel);
+        ``import torch.distributed as dist`` -> (dist, torch.distributed)."""
         for item in self.context.scratch.get(AddImportsVisitor.CONTEXT_KEY, []):
             if item.relative:
                 continue
             if item.obj_name:
-                local, full = item.alias or item.obj_name, f"{item.module_name}.{item.obj_name}"
+                yield item.alias or item.obj_name, f"{item.module_name}.{item.obj_name}"
+            elif item.alias:
+                yield item.alias, item.module_name
             else:
-                local, full = item.alias or item.module_name.split(".")[0], item.module_name
-                if item.alias is None:
-                    full = local
-            if local == head:
-                return {f"{full}.{rest}" if rest else full}
-        return set()
+                head = item.module_name.split(".")[0]
+                yield head, head
 
     def is_ref(self, node: cst.CSTNode, names: Iterable[str]) -> bool:
         """``node`` (a Name or Attribute) refers to one of ``names``.  (The scope
