@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Dict, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import libcst as cst
 
@@ -33,9 +33,6 @@ WORDS = re.compile(
     r"save|load|print|log|add_|writer|wandb|tqdm|open\(|set_device|cuda|device|DataParallel|"
     r"data_parallel|backward|step|DataLoader|epoch|main|exit|barrier|process_group"
 )
-
-
-_MARK = SPELLED_MARK
 
 
 class _Expand(cst.CSTTransformer):
@@ -52,10 +49,12 @@ class _Expand(cst.CSTTransformer):
     def _wanted(self, node: cst.CSTNode) -> bool:
         return bool(WORDS.search(self.module.code_for_node(node)))
 
+    def _next_mark(self) -> str:
+        """The mark of the statement spelled out next (its record's index)."""
+        return f"{SPELLED_MARK}{self.nonce}:{len(self.spelled)}"
+
     def _mark(self) -> cst.TrailingWhitespace:
-        return cst.TrailingWhitespace(
-            whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"{_MARK}{self.nonce}:{len(self.spelled)}")
-        )
+        return cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(self._next_mark()))
 
     def leave_SimpleStatementSuite(
         self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
@@ -96,41 +95,42 @@ class _Expand(cst.CSTTransformer):
         code = self.module.code_for_node
         before = code(original.with_changes(leading_lines=()))
         after = code(nodes[0].with_changes(leading_lines=())) + "".join(code(n) for n in nodes[1:])
-        self.spelled.append((f"{_MARK}{self.nonce}:{len(self.spelled)}", before, after))
+        self.spelled.append((self._next_mark(), before, after))
 
 
-def _mark_first_block(node: cst.CSTNode, was_one_line: List[bool], mark: cst.TrailingWhitespace) -> cst.CSTNode:
-    """``node`` with ``mark`` after the colon of its first spelled-out block."""
-    index = 0
+#: parts of a compound statement that hold a block of their own
+_HOLDERS = (cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally)
+
+
+def _blocks(node: cst.CSTNode) -> Iterator[Tuple[str, int, cst.BaseSuite]]:
+    """(field, position in it, block) of each block of a compound statement: its
+    body, its ``else``, its handlers, its ``finally`` (an ``elif`` is a statement of
+    its own)."""
     for name in ("body", "orelse", "handlers", "finalbody"):
         value = getattr(node, name, None)
-        parts = list(value) if isinstance(value, (list, tuple)) else [value]
-        for position, part in enumerate(parts):
-            holder = isinstance(part, (cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally))
-            block = part.body if holder else part
-            if not isinstance(block, cst.BaseSuite):
-                continue
-            if was_one_line[index] and isinstance(block, cst.IndentedBlock):
-                block = block.with_changes(header=mark)
-                part = part.with_changes(body=block) if holder else block
-                if isinstance(value, (list, tuple)):
-                    parts[position] = part
-                    return node.with_changes(**{name: parts})
-                return node.with_changes(**{name: part})
-            index += 1
-    return node
+        for position, part in enumerate(value if isinstance(value, (list, tuple)) else [value]):
+            block = part.body if isinstance(part, _HOLDERS) else part
+            if isinstance(block, cst.BaseSuite):
+                yield name, position, block
 
 
 def _suites(node: cst.CSTNode) -> List[bool]:
     """Which of the blocks of a compound statement are one-line suites."""
-    found = []
-    for name in ("body", "orelse", "handlers", "finalbody"):
-        value = getattr(node, name, None)
-        for part in value if isinstance(value, (list, tuple)) else [value]:
-            body = part.body if isinstance(part, (cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally)) else part
-            if isinstance(body, cst.BaseSuite):
-                found.append(isinstance(body, cst.SimpleStatementSuite))
-    return found
+    return [isinstance(block, cst.SimpleStatementSuite) for _, _, block in _blocks(node)]
+
+
+def _mark_first_block(node: cst.CSTNode, was_one_line: List[bool], mark: cst.TrailingWhitespace) -> cst.CSTNode:
+    """``node`` with ``mark`` after the colon of its first spelled-out block."""
+    for (name, position, block), one_line in zip(_blocks(node), was_one_line):
+        if one_line and isinstance(block, cst.IndentedBlock):
+            value = getattr(node, name)
+            part = value[position] if isinstance(value, (list, tuple)) else value
+            block = block.with_changes(header=mark)
+            part = part.with_changes(body=block) if isinstance(part, _HOLDERS) else block
+            if isinstance(value, (list, tuple)):
+                return node.with_changes(**{name: [*value[:position], part, *value[position + 1 :]]})
+            return node.with_changes(**{name: part})
+    return node
 
 
 def _lines(small: List[cst.BaseSmallStatement], trailing: cst.TrailingWhitespace) -> List[cst.SimpleStatementLine]:
