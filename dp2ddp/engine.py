@@ -282,6 +282,15 @@ class LineMap:
         return line, column
 
 
+def _to_file(findings: Sequence[Finding], to_file: LineMap, start_code: str, code: str) -> None:
+    """Put the findings of a transform that saw ``code`` at their places in the file:
+    through the transforms' edits since ``start_code``, then through ``to_file``
+    (the respelling of one-line forms)."""
+    line_map = LineMap(start_code, code)
+    for finding in findings:
+        finding.line, finding.column = to_file.position(line_map(finding.line), finding.column)
+
+
 # ------------------------------------------------------------------ the pipeline
 def _parse(path: str, data: bytes) -> cst.Module:
     import libcst as cst
@@ -357,9 +366,8 @@ def run_transforms(
             raise InternalError(
                 f"{path}: transform {transform_cls.NAME} crashed: {exc!r}\n{traceback.format_exc()}"
             ) from exc
-        line_map = LineMap(start_code, code)
+        _to_file(transform.findings, to_file, start_code, code)
         for finding in transform.findings:
-            finding.line, finding.column = to_file.position(line_map(finding.line), finding.column)
             finding.path = path
             findings.append(finding)
         if any(f.kind in ("change", "manual") for f in transform.findings):
@@ -420,7 +428,7 @@ def _convert_one(job) -> tuple:
     except Exception as exc:  # CPython accepts it, LibCST cannot analyse it
         return path, None, [], syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)"), False, True
     try:
-        from dp2ddp.codemods._oneliners import expand, restore
+        from dp2ddp.codemods._oneliners import expand
 
         # (one-line forms the transforms act on spelled out: put back after, if unchanged)
         expanded, spelled = expand(module)
@@ -431,17 +439,23 @@ def _convert_one(job) -> tuple:
             return path, data, findings, None, False, True
         if module.bytes != data:
             return path, None, findings, _not_round_tripped(path, data, module.bytes), False, True
-        from dp2ddp.formatting import format_changed
-
-        new_module = format_changed(expanded, new_module)
-        output = restore(new_module.code, spelled).encode(new_module.encoding) if spelled else new_module.bytes
-        return path, output, findings, None, False, True
+        return path, _finish(expanded, new_module, spelled), findings, None, False, True
     except InternalError as exc:
         return path, None, [], str(exc), True, False
     except RecursionError:
         return path, None, [], f"{path}:1:1: too deeply nested to convert; left unchanged", False, False
     except Exception as exc:  # pragma: no cover - defensive
         return path, None, [], f"{path}: internal error: {exc!r}\n{traceback.format_exc()}", True, False
+
+
+def _finish(expanded: cst.Module, new_module: cst.Module, spelled) -> bytes:
+    """The converted file: the statements the transforms wrote formatted, and the
+    one-line forms ``expand`` spelled out put back where nothing changed them."""
+    from dp2ddp.codemods._oneliners import restore
+    from dp2ddp.formatting import format_changed
+
+    new_module = format_changed(expanded, new_module)
+    return restore(new_module.code, spelled).encode(new_module.encoding) if spelled else new_module.bytes
 
 
 def _map(function, jobs: List, workers: int):
@@ -755,7 +769,6 @@ def apply_transforms(
 
     from dp2ddp.codemods import TRANSFORMS
     from dp2ddp.codemods._base import apply_scheduled_imports
-    from dp2ddp.formatting import format_changed
 
     result = FileResult(path=path, source=source)
     try:
@@ -790,22 +803,18 @@ def apply_transforms(
                 raise
             except Exception as exc:
                 raise InternalError(f"{path}: transform {transform_cls.NAME} crashed: {exc!r}") from exc
-            line_map = LineMap(start_code, module.code)
-            for finding in transform.findings:
-                finding.line, finding.column = to_file.position(line_map(finding.line), finding.column)
+            _to_file(transform.findings, to_file, start_code, module.code)
             findings.extend(transform.findings)
             if any(f.kind in ("change", "manual") for f in transform.findings):
                 module = new_module
         return apply_scheduled_imports(context, module), findings
 
-    from dp2ddp.codemods._oneliners import expand, restore
+    from dp2ddp.codemods._oneliners import expand
 
     def run_expanded(module: cst.Module):
         expanded, spelled = expand(module)
         new_module, findings = run(expanded, module.code)
-        new_module = format_changed(expanded, new_module)
-        code = restore(new_module.code, spelled) if spelled else new_module.code
-        return code.encode(new_module.encoding), findings
+        return _finish(expanded, new_module, spelled), findings
 
     try:
         output, findings = run_expanded(module)
