@@ -323,30 +323,22 @@ class SaveOnMainProcess(MainProcessGuard):
         """``save_checkpoint(...)`` of a function of this file that saves, followed by
         a ``torch.load`` in the same function: the other ranks must wait for rank 0."""
         call = single_call(node)
-        if call is None or self._saving_functions() is None:
+        if call is None:
             return
         func = call.func
-        functions = {f.name.value for f in self.module.body if isinstance(f, cst.FunctionDef)}
-        if isinstance(func, cst.Name) and func.value in functions:  # a function of the module
-            name = func.value
-            savers = functions & self._saving_functions()
-        elif isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")):
+        if isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")):
             # a method of this class (``model.train()`` is not ``train()``, nor is an
             # nn.Module's ``self.train()`` the module's ``train()``)
             name = func.attr.value
             cls = next((a for a in self.ancestors(node) if isinstance(a, cst.ClassDef)), None)
             body = cls.body.body if cls is not None and isinstance(cls.body, cst.IndentedBlock) else []
-            savers = {f.name.value for f in body if isinstance(f, cst.FunctionDef)} & self._saving_functions()
-        else:
-            # ``checkpointer.save(model)``, ``early_stopping(val_loss, model)``: an object
-            # of a class of this file whose method (or ``__call__``) saves
-            owner = func.value if isinstance(func, cst.Attribute) else func
-            method = func.attr.value if isinstance(func, cst.Attribute) else "__call__"
-            cls = self._class_of_instance(owner, node) if isinstance(owner, cst.Name) else None
-            if cls is None or method not in self._saving_methods(cls):
+            if name not in {f.name.value for f in body if isinstance(f, cst.FunctionDef)} & self._saving_functions():
                 return
-            name, savers = P.dotted_name(func), {P.dotted_name(func)}
-        if name not in savers or P.under_main_process_check(self, node):
+        elif self._saves(call):  # a function of the module, or a saving object of a class of the file
+            name = P.dotted_name(func)
+        else:
+            return
+        if P.under_main_process_check(self, node):
             return
         func = self.enclosing_function(node)
         line = self.position(node)[0]
@@ -379,13 +371,15 @@ class SaveOnMainProcess(MainProcessGuard):
         """``call`` runs a saving function of the module, or a saving method of an
         object of a class of the file."""
         func = call.func
-        if isinstance(func, cst.Name) and func.value in self._savers and any(
+        if isinstance(func, cst.Name) and func.value in self._saving_functions() and any(
             isinstance(f, cst.FunctionDef) and f.name.value == func.value for f in self.module.body
         ):
             return True
+        # ``checkpointer.save(model)``, ``early_stopping(val_loss, model)``: a method (or
+        # ``__call__``) that saves, of an object of a class of the file
         owner = func.value if isinstance(func, cst.Attribute) else func
         method = func.attr.value if isinstance(func, cst.Attribute) else "__call__"
-        cls = self._class_of_instance(owner, call) if isinstance(owner, cst.Name) else None
+        cls = self._class_of_instance(owner) if isinstance(owner, cst.Name) else None
         return cls is not None and method in self._saving_methods(cls)
 
     def _saving_methods(self, cls: cst.ClassDef) -> Set[str]:
@@ -407,7 +401,7 @@ class SaveOnMainProcess(MainProcessGuard):
                     grew = True
         return saving
 
-    def _class_of_instance(self, name: cst.Name, at: cst.CSTNode) -> Optional[cst.ClassDef]:
+    def _class_of_instance(self, name: cst.Name) -> Optional[cst.ClassDef]:
         """The class of this file that ``name`` holds an object of (``name = Cls(...)``,
         its only binding in the function, or the module's)."""
         value = self.only_value(name, pure=False)
