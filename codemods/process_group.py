@@ -109,20 +109,24 @@ class ProcessGroupSetup(Transform):
         names = self._names()
         body = list(updated_node.body.body)
         init = self._stmt(f"{names['name']}()")
-        destroy = self._stmt(f"{names['dist']}.destroy_process_group()")
         last = body[-1]
         if _exits(last):
             # sys.exit(main()): leave the group on the way out
+            destroy = self._stmt(f"{names['dist']}.destroy_process_group()")
             try_stmt = cst.Try(
                 body=cst.IndentedBlock(body=body),
                 finalbody=cst.Finally(body=cst.IndentedBlock(body=[destroy])),
             )
             new_body = [init, try_stmt]
         else:
-            new_body = [init, *body, self._stmt(f"{names['dist']}.barrier()"), destroy]
+            new_body = [init, *body, *self._leave_group(names)]
         self.changed(original_node, "join the process group first thing (nccl on GPU, gloo on CPU)")
         self.changed(original_node, DESTROY_MESSAGE, code="DDP008")
         return updated_node.with_changes(body=updated_node.body.with_changes(body=new_body))
+
+    def _leave_group(self, names) -> list:
+        """``dist.barrier()`` then ``dist.destroy_process_group()`` (see DESTROY_MESSAGE)."""
+        return [self._stmt(f"{names['dist']}.barrier()"), self._stmt(f"{names['dist']}.destroy_process_group()")]
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         updated_node = super().leave_Module(original_node, updated_node)
@@ -134,11 +138,10 @@ class ProcessGroupSetup(Transform):
         if self.role.entry_kind == "module":
             names = self._names()
             call = self._stmt(f"{names['name']}()").with_changes(leading_lines=_blank(2))
-            destroy = self._stmt(f"{names['dist']}.destroy_process_group()")
             self.changed(original_node, "join the process group after the imports (nccl on GPU, gloo on CPU)")
             self.changed(original_node, DESTROY_MESSAGE, code="DDP008")
             new = [*helper, call]
-            tail = [self._stmt(f"{names['dist']}.barrier()"), destroy]
+            tail = self._leave_group(names)
         elif self._done:
             new = helper
             tail = []

@@ -49,9 +49,10 @@ class WrapModel(Transform):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._wrapped: Set[tuple] = set()
+        self._by_hand_noted = False  # (a program without an optimizer: said once)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.role.no_optimizer and not getattr(self, "_by_hand_noted", False) and m.matches(
+        if self.role.no_optimizer and not self._by_hand_noted and m.matches(
             node.func, m.Attribute(attr=m.Name("backward"))
         ):
             # (pytorch/examples' word_language_model: ``p.data.add_(p.grad, alpha=-lr)``)
