@@ -118,10 +118,15 @@ class ProcessGroupSetup(Transform):
                 finalbody=cst.Finally(body=cst.IndentedBlock(body=[destroy])),
             )
             new_body = [init, try_stmt]
+            leaving = (
+                "destroy the process group on the way out, in a finally (no barrier: on an error "
+                "the other ranks may never reach it)"
+            )
         else:
             new_body = [init, *body, *self._leave_group(names)]
+            leaving = DESTROY_MESSAGE
         self.changed(original_node, "join the process group first thing (nccl on GPU, gloo on CPU)")
-        self.changed(original_node, DESTROY_MESSAGE, code="DDP008")
+        self.changed(original_node, leaving, code="DDP008")
         return updated_node.with_changes(body=updated_node.body.with_changes(body=new_body))
 
     def _leave_group(self, names) -> list:
