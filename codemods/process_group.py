@@ -34,9 +34,13 @@ from libcst.codemod.visitors import AddImportsVisitor
 from . import _patterns as P
 from ._base import FileRole, Transform, at_least_two_blank, blank_lines, header_end
 
-#: (the barrier: a rank that tears the group down while another still finishes its
-#: last all-reduce makes that one abort -- "terminate called without an active
-#: exception", SIGABRT, on Gloo in about one short run in five here)
+#: (the barrier: the ranks leave together -- destroying a group is collective on NCCL,
+#: and a rank gone early can leave another in its last all-reduce.  It does not cure
+#: a rarer abort at interpreter exit on Gloo, after the script is done -- "terminate
+#: called without an active exception", SIGABRT, about one short run in twenty here,
+#: with or without it: a Gloo worker thread frees a backward pass's last work, which
+#: holds a Python object, while the interpreter finalizes; PyTorch's bug,
+#: pytorch/pytorch#190489.  README, "Known issues".)
 DESTROY_MESSAGE = (
     "destroy the process group at the end, after a barrier (no rank leaves while another "
     "still finishes its last all-reduce)"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, copy_tree, script_env
+from conftest import FIXTURES, RANK_LOG, copy_tree, script_env, torchrun_cmd
 from dp2ddp.cli import cli
 
 MULTI = FIXTURES / "e2e" / "multi_file" / "before"
@@ -84,13 +84,31 @@ def test_emitted_launch_files_run_the_converted_script(project, tmp_path):
     assert '"${SCRIPT:-$SCRIPT_DEFAULT}"' in slurm and str(project / "train.py") in slurm
     env = script_env(tmp_path)
     env["NPROC_PER_NODE"] = "2"
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["PATH"] = f"{_torchrun_through_rank_log(tmp_path)}{os.pathsep}{env['PATH']}"
     run = subprocess.run(
         [str(launch / "train_torchrun.sh"), "--epochs", "1"], cwd=project, env=env,
         capture_output=True, text=True, timeout=240,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert (project / "final.pt").exists()
+
+
+def _torchrun_through_rank_log(tmp_path) -> Path:
+    """A folder with a ``torchrun`` that runs the script through tests/support/rank_log.py
+    (which leaves without the interpreter's teardown: see its docstring)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    shim = folder / "torchrun"
+    shim.write_text(
+        f"#!{sys.executable}\n"
+        "import runpy, sys\n"
+        "args = sys.argv[1:]\n"
+        "at = next(i for i, a in enumerate(args) if a == '-m' or not a.startswith('-'))\n"
+        f"sys.argv = ['torchrun', *args[:at], {str(RANK_LOG)!r}, *args[at:]]\n"
+        "runpy.run_module('torch.distributed.run', run_name='__main__')\n"
+    )
+    shim.chmod(0o755)
+    return folder
 
 
 # ------------------------------------------------------------------ review mode
@@ -624,7 +642,7 @@ def test_a_package_that_re_exports_its_modules_is_one_program(tmp_path):
         out = by_path[name].output
         (root / name).write_bytes(out if out is not None else text.encode())
     run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "pkg.train"],
+        [*torchrun_cmd(), str(RANK_LOG), "-m", "pkg.train"],
         cwd=root, env=script_env(tmp_path), capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]

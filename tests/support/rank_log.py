@@ -1,7 +1,7 @@
 """Run a training script and log which process wrote which file.
 
-    python rank_log.py [--cuda-shim] SCRIPT ARGS...
-    torchrun ... rank_log.py SCRIPT ARGS...
+    python rank_log.py [--cuda-shim] (SCRIPT | -m MODULE) ARGS...
+    torchrun ... rank_log.py (SCRIPT | -m MODULE) ARGS...
 
 Each process appends {"rank": RANK or null, "path": absolute path} lines to
 ``$DP2DDP_WRITE_LOG.<rank>.jsonl``: for ``torch.save``, for ``open()`` in a mode
@@ -12,12 +12,26 @@ folder first on ``sys.path``, exactly as ``python SCRIPT`` would run it.
 ``--cuda-shim`` lets an original script that calls ``.cuda()`` unconditionally
 run on a CPU-only machine (``Tensor.cuda``/``Module.cuda`` return the object
 unchanged); it is only ever used for originals, never for converted scripts.
+
+When the script is done, the process leaves as the interpreter would -- waiting
+for the script's threads, running its ``atexit`` functions, flushing the files it
+left open -- but through ``os._exit`` with the script's exit status, skipping the
+interpreter's final teardown (as ``dp2ddp verify``'s ranks do).  In that teardown a
+Gloo worker thread still freeing the last work of a backward pass (it holds a
+Python object, the autograd context) takes the GIL of a finalizing interpreter and
+the process aborts ("terminate called without an active exception", SIGABRT)
+after the script has finished -- PyTorch's bug (pytorch/pytorch#190489), seen in
+about one short converted run in twenty here, barrier or not.
 """
 
+import atexit
+import gc
+import io
 import json
 import os
 import runpy
 import sys
+import threading
 
 
 def main() -> None:
@@ -25,12 +39,14 @@ def main() -> None:
     shim = args and args[0] == "--cuda-shim"
     if shim:
         args = args[1:]
-    script = os.path.abspath(args[0])
+    module = args[1] if args[0] == "-m" else None
+    if module:
+        args = args[1:]
+    script = None if module else os.path.abspath(args[0])
     rank = os.environ.get("RANK")
     log_path = f"{os.environ['DP2DDP_WRITE_LOG']}.{rank if rank is not None else 'single'}.jsonl"
 
     import builtins
-    import io
     import shutil
 
     import torch
@@ -72,9 +88,44 @@ def main() -> None:
     if shim:
         torch.Tensor.cuda = lambda self, *a, **k: self
         torch.nn.Module.cuda = lambda self, *a, **k: self
+    if module:  # as `python -m MODULE`: the current folder first on sys.path
+        sys.argv = [module, *args[1:]]
+        sys.path.insert(0, os.getcwd())
+        _leave(_run(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True)))
     sys.argv = [script, *args[1:]]
     sys.path.insert(0, os.path.dirname(script))
-    runpy.run_path(script, run_name="__main__")
+    _leave(_run(lambda: runpy.run_path(script, run_name="__main__")))
+
+
+def _run(script) -> int:
+    """The exit status ``python SCRIPT`` would have: 0, SystemExit's, or 1 after a traceback."""
+    try:
+        script()
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        return 1
+    return 0
+
+
+def _leave(code: int) -> None:
+    """What the interpreter does on the way out, then ``os._exit`` (see above)."""
+    threading._shutdown()  # the script's own (non-daemon) threads
+    atexit._run_exitfuncs()
+    for obj in gc.get_objects():  # files the script left open
+        if isinstance(obj, io.IOBase):
+            try:
+                if not obj.closed:
+                    obj.flush()
+            except Exception:
+                pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
