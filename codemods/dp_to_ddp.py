@@ -18,7 +18,8 @@ becomes::
 * the module is moved to the process's device before it is wrapped (DDP needs
   that); a ``.cuda()``/``.to()`` chained on the wrapper is folded into it;
 * ``device_ids``/``output_device`` (the GPU list of the one DP process) are dropped;
-  ``dim`` is kept; on CPU ``device_ids`` is ``None`` as DDP requires;
+  ``dim`` is kept (also given by position); on CPU ``device_ids`` is ``None`` as DDP
+  requires; comments among the arguments are kept (one argument per line);
 * a guard that wrapped only on several GPUs (``if torch.cuda.device_count() > 1:``,
   ``if device == "cuda":``) is removed: under DDP every process, GPU or CPU, must
   wrap, or the processes' gradients are never averaged;
@@ -195,17 +196,19 @@ class DataParallelToDDP(Transform):
             return updated
         module_arg = None
         keep = []
-        for arg in updated.args:
+        kinds = []  # (parameter, argument): DataParallel(module, device_ids, output_device, dim)
+        for at, arg in enumerate(updated.args):
             keyword = arg.keyword.value if arg.keyword else None
-            if module_arg is None and keyword in (None, "module"):
-                module_arg = arg.value
-            elif keyword == "dim":
-                keep.append(arg)
-            elif keyword in ("device_ids", "output_device") or keyword is None:
-                continue  # the GPU list of the single DP process
-            else:
+            if keyword is None and at < len(_PARAMETERS):
+                keyword = _PARAMETERS[at]
+            if keyword not in _PARAMETERS:
                 self.manual(original, f"DataParallel argument {keyword}= has no DDP twin")
                 return updated
+            kinds.append((keyword, arg))
+            if keyword == "module":
+                module_arg = arg.value
+            elif keyword == "dim":  # (device_ids, output_device: the GPU list of the single DP process)
+                keep.append(arg if arg.keyword else _as_keyword(arg, "dim"))
         if module_arg is None:
             self.manual(original, "DataParallel call without a module")
             return updated
@@ -242,7 +245,7 @@ class DataParallelToDDP(Transform):
         self._converted.add(original)
         self.changed(original, "DataParallel -> DistributedDataParallel on this process's device")
         self._report_changes_after_wrap(original)
-        return template.with_changes(args=args)
+        return _with_comments(template.with_changes(args=args), updated, kinds)
 
     def _unwraps_itself(self, wraps) -> bool:
         """The script takes the bare model where it may be wrapped
@@ -578,6 +581,105 @@ _CONDITIONAL_WRAP = (
 
 #: Synchronized-BatchNorm-PyTorch's DataParallel helpers (``sync_batchnorm.replicate``)
 _DATA_PARALLEL_ONLY = frozenset({"patch_replication_callback"})  # (DataParallelWithCallback: DDP009)
+
+
+#: DataParallel's parameters, in order
+_PARAMETERS = ("module", "device_ids", "output_device", "dim")
+
+
+def _as_keyword(arg: cst.Arg, name: str) -> cst.Arg:
+    return arg.with_changes(
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+
+
+def _with_comments(call: cst.Call, old: cst.Call, kinds) -> cst.Call:
+    """``call`` (the DDP wrap, written on one line) with the comments of ``old``'s
+    arguments carried over, one argument per line: each stays after the argument it
+    followed (``device_ids``'s after the new ``device_ids``); those of a dropped
+    argument (``output_device``) become own-line comments where it was.  Unchanged
+    when ``old`` has none."""
+    head, head_lines = _gap_comments(old.whitespace_before_args)
+    trailing = {}  # parameter -> (trailing comment, own-line comments after it)
+    previous = None
+    for name, arg in kinds:
+        first, rest = None, []
+        for gap in _arg_gaps(arg, keep_value=name in ("module", "dim")):
+            gap_first, gap_rest = _gap_comments(gap)
+            if first is None and gap_first is not None and name != "output_device":
+                first = gap_first
+            else:
+                rest += [gap_first] if gap_first is not None else []
+            rest += gap_rest
+        if name == "output_device":  # dropped: its comments stay where it was
+            if previous is None:
+                head_lines += rest
+            else:
+                trailing[previous] = (trailing[previous][0], trailing[previous][1] + rest)
+            continue
+        trailing[name] = (first, rest)
+        previous = name
+    if head is None and not head_lines and not any(t or r for t, r in trailing.values()):
+        return call
+    names = ["module", "device_ids", *(["dim"] if any(n == "dim" for n, _ in kinds) else [])]
+    args = []
+    for name, arg in zip(names, call.args):
+        comment, after = trailing.get(name, (None, []))
+        last = name == names[-1]
+        args.append(
+            arg.with_changes(
+                whitespace_after_arg=cst.SimpleWhitespace(""),
+                comma=cst.Comma(whitespace_after=_line_break(comment, after, "" if last else "    ")),
+            )
+        )
+    return call.with_changes(whitespace_before_args=_line_break(head, head_lines, "    "), args=args)
+
+
+def _arg_gaps(arg: cst.Arg, keep_value: bool):
+    """The whitespace nodes of ``arg`` where its comments are (those inside a value
+    that stays go with the value)."""
+    found = []
+
+    class Gaps(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if keep_value and node is arg.value:
+                return False
+            if isinstance(node, (cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine)):
+                found.append(node)
+                return False
+            return True
+
+    arg.visit(Gaps())
+    return found
+
+
+def _gap_comments(gap) -> Tuple[Optional[str], list]:
+    """(the comment at the end of the line the gap starts on, own-line comments in it)."""
+    if isinstance(gap, cst.ParenthesizedWhitespace):
+        first = gap.first_line.comment.value if gap.first_line.comment else None
+        return first, [line.comment.value for line in gap.empty_lines if line.comment]
+    if isinstance(gap, cst.TrailingWhitespace):
+        return (gap.comment.value if gap.comment else None), []
+    if isinstance(gap, cst.EmptyLine):
+        return None, [gap.comment.value] if gap.comment else []
+    return None, []
+
+
+def _line_break(comment: Optional[str], lines: list, indent: str) -> cst.ParenthesizedWhitespace:
+    """A line end (with ``comment``), own-line ``lines``, then ``indent`` past the statement's."""
+    return cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(
+            whitespace=cst.SimpleWhitespace("  " if comment else ""),
+            comment=cst.Comment(comment) if comment else None,
+        ),
+        empty_lines=[
+            cst.EmptyLine(indent=True, whitespace=cst.SimpleWhitespace("    "), comment=cst.Comment(text))
+            for text in lines
+        ],
+        indent=True,
+        last_line=cst.SimpleWhitespace(indent),
+    )
 
 
 def _unmoved(node: cst.BaseExpression) -> cst.BaseExpression:
