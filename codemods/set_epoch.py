@@ -15,6 +15,10 @@ the call is guarded, since only a ``DistributedSampler`` has ``set_epoch``::
         if isinstance(train_loader.sampler, DistributedSampler):
             train_loader.sampler.set_epoch(epoch)
 
+A ``DataLoader(...)`` built in the header of a loop inside the epoch loop gets its
+``DistributedSampler`` built before that loop, as ``train_sampler``, with
+``train_sampler.set_epoch(epoch)`` (a new sampler every epoch starts at epoch 0).
+
 Loops counted in iterations (``while step < max_steps``) are reported instead.
 """
 
@@ -56,6 +60,9 @@ class SetEpoch(Transform):
         self._before_stmt: Dict[cst.CSTNode, List[str]] = {}
         self._all_calls: Optional[List[cst.Call]] = None
         self._iter_reported: Set[str] = set()
+        #: sampler built in a loop header -> the name it is built under before the loop
+        self._hoisted: Dict[cst.CSTNode, cst.Name] = {}
+        self._hoisted_names: Set[str] = set()
 
     # ------------------------------------------------------------------ finding
     def _through_wrappers(self, loader: cst.BaseExpression, at: cst.CSTNode) -> List[cst.BaseExpression]:
@@ -85,6 +92,9 @@ class SetEpoch(Transform):
         self._report_all_rank_local_stops()
 
     def visit_For(self, node: cst.For) -> None:
+        for call in _calls_iterated(node.iter):
+            if self.is_call(call, N.DATA_LOADER):
+                self._loader_in_the_header(node, call)
         for loader in [x for it in _iterated(node.iter) for x in self._through_wrappers(it, node)]:
             name = P.dotted_name(loader)
             if not name:
@@ -121,6 +131,64 @@ class SetEpoch(Transform):
             f"{name} is consumed through iter()/next(): call {name}.sampler.set_epoch(n) "
             "each time a new pass over the data starts, or every pass repeats the same order",
         )
+
+    def _loader_in_the_header(self, batch_loop: cst.For, loader: cst.Call) -> None:
+        """``for x, y in DataLoader(ds, sampler=DistributedSampler(ds)):`` inside an
+        epoch loop: a new sampler every epoch, each at epoch 0 -- the same order every
+        epoch.  The sampler is built before the loop, and set to the epoch::
+
+            train_sampler = DistributedSampler(ds)
+            train_sampler.set_epoch(epoch)
+            for x, y in DataLoader(ds, sampler=train_sampler):
+        """
+        sampler = _arg(loader, 3, "sampler")
+        if sampler is None or not self.is_call(sampler, N.DISTRIBUTED_SAMPLER):
+            return
+        for around in self.ancestors(batch_loop):
+            if around is batch_loop:
+                continue
+            if isinstance(around, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+                return  # one pass over the data: a fresh sampler is right
+            if isinstance(around, (cst.For, cst.While)):
+                break
+        epoch_loop = self._epoch_loop(batch_loop)
+        if epoch_loop is None or _calls_set_epoch(epoch_loop.body):
+            self.manual(
+                batch_loop,
+                "DataLoader built in the loop header: a new DistributedSampler on every pass, each "
+                "at epoch 0, so every pass has the same order; build the sampler before the loop "
+                "and call its set_epoch(epoch) at the start of every pass",
+            )
+            return
+        assert isinstance(epoch_loop.target, cst.Name)
+        name = self._free_name("train_sampler", batch_loop)
+        self._hoisted[sampler] = cst.Name(name)
+        self.insert_before(
+            batch_loop,
+            [
+                cst.parse_statement(f"{name} = {self.module.code_for_node(sampler)}\n"),
+                cst.parse_statement(f"{name}.set_epoch({epoch_loop.target.value})\n"),
+            ],
+        )
+        self.changed(
+            batch_loop,
+            f"the DataLoader's DistributedSampler built before the loop, as {name}, with "
+            f"{name}.set_epoch({epoch_loop.target.value}): built in the loop header, it would "
+            "shuffle every epoch the same way",
+        )
+
+    def _free_name(self, base: str, at: cst.CSTNode) -> str:
+        scope = self.get_metadata(ScopeProvider, at, None)
+        name, n = base, 2
+        while scope is not None and (name in scope or name in self._hoisted_names):
+            name, n = f"{base}_{n}", n + 1
+        self._hoisted_names.add(name)
+        return name
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        if original_node.value in self._hoisted:
+            return updated_node.with_changes(value=self._hoisted[original_node.value])
+        return updated_node
 
     def _known_loader(self, loader: cst.BaseExpression, at: cst.CSTNode) -> Optional[str]:
         """"ours" (a DataLoader with a DistributedSampler built here), "eval", "other", None."""
@@ -400,6 +468,18 @@ class SetEpoch(Transform):
                 at += 1
             result = result.with_changes(body=body.with_changes(body=[*items[:at], *stmts, *items[at:]]))
         return result
+
+
+def _calls_iterated(node: cst.BaseExpression):
+    """The calls a ``for`` iterates: ``DataLoader(...)``, ``enumerate(DataLoader(...))``."""
+    if isinstance(node, cst.Call):
+        name = P.dotted_name(node.func).rsplit(".", 1)[-1]
+        if name not in _WRAPPERS:
+            yield node
+            return
+        for arg in node.args[: (len(node.args) if name == "zip" else 1)]:
+            if arg.keyword is None or arg.keyword.value == "iterable":
+                yield from _calls_iterated(arg.value)
 
 
 def _epoch_param(func: cst.FunctionDef) -> Optional[str]:
