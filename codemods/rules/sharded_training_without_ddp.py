@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Set
 
 from .. import _names as N
 from .._analysis import Source, argument, assigned_name, classify_loader, dotted, is_collective, is_eval_name
@@ -17,12 +17,10 @@ _SYNC_PREFIXES = (
     "torch.distributed._composable",
     "torch.distributed.optim",
     "torch.distributed.algorithms",
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed",
 )
 _FRAMEWORKS = ("horovod", "deepspeed", "accelerate", "apex", "fairscale", "lightning", "pytorch_lightning", "colossalai")
 #: words in the text without which nothing of the above can be named
-_SYNC_WORDS = re.compile(r"DistributedDataParallel|fsdp|fully_shard|_composable|distributed\.optim|algorithms")
+_SYNC_WORDS = re.compile(r"fsdp|fully_shard|_composable|distributed\.optim|algorithms")
 #: methods that return the same module (moved, compiled, switched to training)
 _SAME_MODULE = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval", "requires_grad_", "to_empty"})
 _PARAMETERS = frozenset({"parameters", "named_parameters"})
@@ -38,7 +36,10 @@ class ShardedTrainingWithoutDDP(Rule):
     built in the file (`Net()`, `torchvision.models.resnet18()`, moved with
     `.to(device)`) are judged; one that comes from a helper (`model =
     setup(model)`) may be wrapped there and is not reported, nor is a file that
-    all-reduces gradients by hand.
+    all-reduces gradients by hand. In a file that wraps some models and not
+    others (a GAN's generator but not its discriminator), the others are
+    reported; where DDP wraps something that cannot be named (`DDP(build())`),
+    nothing is.
 
     ## Why is this bad?
     Nothing averages the gradients: each process updates its own copy of the
@@ -77,6 +78,9 @@ class ShardedTrainingWithoutDDP(Rule):
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not _shards_training_data(src) or _synchronised(src):
             return
+        wrapped = _wrapped_in_ddp(src)
+        if wrapped is None:
+            return  # a DDP wrap of something this cannot name
         called = {dotted(call.func) for call in src.calls}
         for call in src.calls:
             if not N.is_optimizer(src.qualname(call.func)):
@@ -86,7 +90,7 @@ class ShardedTrainingWithoutDDP(Rule):
             for name in _trained_models(src, call):
                 if name.split(".")[0] in params - {"self"}:
                     continue  # a model handed in (Hogwild's train(rank, model)): built, and maybe wrapped, elsewhere
-                if name in called and _built_here(src, name):
+                if name in called and name not in wrapped and _built_here(src, name):
                     yield self.diagnostic(src, call, self.MESSAGE.format(name=name))
                     break
 
@@ -124,6 +128,42 @@ def _synchronised(src: Source) -> bool:
             return True  # dist.all_reduce(p.grad), p.register_hook(average_grad)
         if is_collective(src, call) and _over_parameters(src, call):
             return True  # local SGD: the parameters themselves averaged every k steps
+    return False
+
+
+def _wrapped_in_ddp(src: Source) -> Optional[Set[str]]:
+    """The models the file wraps in DistributedDataParallel (``DDP(netG.to(device))``
+    wraps ``netG``: a GAN may wrap one model and forget the other); None when DDP
+    is named where this cannot tell what it wraps (``DDP(build())``, ``wrapper=DDP``)."""
+    if "DistributedDataParallel" not in src.text:
+        return set()
+    wrapped: Set[str] = set()
+    for node in src.nodes:
+        if not (isinstance(node, (ast.Name, ast.Attribute)) and src.qualname(node) in N.DDP):
+            continue
+        parent = src.parent(node)
+        if isinstance(parent, ast.Attribute) or isinstance(parent, ast.ImportFrom):
+            continue  # (the module path of a longer name)
+        if isinstance(parent, ast.Call) and parent.func is node:
+            module = argument(parent, 0, "module")
+            while isinstance(module, ast.Call) and isinstance(module.func, ast.Attribute) and module.func.attr in _SAME_MODULE:
+                module = module.func.value
+            name = dotted(module) if module is not None else ""
+            if not name:
+                return None
+            wrapped.add(name)
+        elif not _in_isinstance(src, node):
+            return None
+    return wrapped
+
+
+def _in_isinstance(src: Source, node: ast.AST) -> bool:
+    """``isinstance(model, DDP)`` / ``isinstance(model, (DDP, DP))``: names DDP, wraps nothing."""
+    for anc in src.ancestors(node):
+        if isinstance(anc, ast.Call):
+            return dotted(anc.func) in ("isinstance", "issubclass")
+        if not isinstance(anc, ast.Tuple):
+            return False
     return False
 
 
