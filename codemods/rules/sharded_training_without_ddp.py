@@ -148,22 +148,57 @@ def _wrapped_in_ddp(src: Source) -> Optional[Set[str]]:
             module = argument(parent, 0, "module")
             while isinstance(module, ast.Call) and isinstance(module.func, ast.Attribute) and module.func.attr in _SAME_MODULE:
                 module = module.func.value
-            name = dotted(module) if module is not None else ""
-            if not name:
-                return None
-            wrapped.add(name)
-        elif not _in_isinstance(src, node):
+            names = {assigned_name(src, _wrapper_value(src, parent))}  # the wrapper: SGD(ddp_model.parameters())
+            if dotted(module):
+                names.add(dotted(module))
+            elif module is not None:  # DDP(build(head)): whatever it is handed may be in there
+                names |= {dotted(n) for n in ast.walk(module) if isinstance(n, (ast.Name, ast.Attribute))}
+            if names <= {""}:
+                return None  # (return DDP(build()))
+            wrapped |= names - {""}
+        elif not _names_ddp_only(src, node):
             return None
     return wrapped
 
 
-def _in_isinstance(src: Source, node: ast.AST) -> bool:
-    """``isinstance(model, DDP)`` / ``isinstance(model, (DDP, DP))``: names DDP, wraps nothing."""
+def _wrapper_value(src: Source, call: ast.Call) -> ast.AST:
+    """The expression a DDP call is the value of: ``DDP(m).to(device)``, ``DDP(m) if ddp else m``."""
+    node: ast.AST = call
+    while True:
+        parent = src.parent(node)
+        if isinstance(parent, ast.Attribute) and parent.attr in _SAME_MODULE:
+            grand = src.parent(parent)
+            if isinstance(grand, ast.Call) and grand.func is parent:
+                node = grand
+                continue
+        if isinstance(parent, ast.IfExp) and node is not parent.test:
+            node = parent
+            continue
+        return node
+
+
+def _names_ddp_only(src: Source, node: ast.AST) -> bool:
+    """DDP named, nothing wrapped: ``isinstance(model, (DDP, DP))``, ``type(m) is DDP``,
+    an annotation (``-> DDP``, ``model: DDP``)."""
+    child = node
     for anc in src.ancestors(node):
+        if isinstance(anc, ast.Tuple):
+            child = anc
+            continue
         if isinstance(anc, ast.Call):
-            return dotted(anc.func) in ("isinstance", "issubclass")
-        if not isinstance(anc, ast.Tuple):
-            return False
+            return dotted(anc.func) in ("isinstance", "issubclass") and child is not anc.func
+        if isinstance(anc, ast.Compare):
+            return all(isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) for op in anc.ops)
+        if isinstance(anc, ast.arg):
+            return child is anc.annotation
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return child is anc.returns
+        if isinstance(anc, ast.AnnAssign):
+            return child is anc.annotation
+        if isinstance(anc, ast.Subscript):  # Optional[DDP]
+            child = anc
+            continue
+        return False
     return False
 
 
@@ -225,6 +260,8 @@ def _builds_model(src: Source, value: Optional[ast.AST], name: str) -> bool:
             value = func.value  # Net().to(device), model.cuda()
             continue
         qualname = src.qualname(func)
+        if qualname in N.DDP:
+            return False  # a wrapper (ddp_model = DDP(model)), not a model built here
         if qualname.startswith("torch.") and any(dotted(a) == name for a in value.args):
             return True  # torch.compile(model), SyncBatchNorm.convert_sync_batchnorm(model)
         last = qualname.rsplit(".", 1)[-1] or dotted(func).rsplit(".", 1)[-1]
