@@ -373,10 +373,12 @@ class DistributedSamplerTransform(Transform):
                 self._note_indivisible(orig_arg.value)
                 continue
             if orig_arg.star == "**":
+                # (a key of a **{...} literal is overridden in the merged dict too:
+                # shuffle=True next to the sampler makes DataLoader raise)
                 overrides = []
-                if batch_expr is None and scale_batch:
+                if not _given_outside(original, 1, "batch_size") and scale_batch:
                     overrides.append(f'"batch_size": {self._batch_helper()}({star_code}.get("batch_size", 1))')
-                if shuffle_expr is None:
+                if not _given_outside(original, 2, "shuffle"):
                     overrides.append('"shuffle": False')
                 if not sampler_placed:
                     overrides.append(f'"sampler": {sampler_code}')
@@ -658,6 +660,12 @@ class DistributedSamplerTransform(Transform):
 
 
 # ------------------------------------------------------------------ helpers
+def _given_outside(call: cst.Call, index: int, keyword: str) -> bool:
+    """The argument is given by position or keyword (not only in a ``**{...}``)."""
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return len(positional) > index or any(a.keyword is not None and a.keyword.value == keyword for a in call.args)
+
+
 def _arg(call: cst.Call, position: int, keyword: str) -> Optional[cst.BaseExpression]:
     """An argument by keyword (also a key of a ``**{...}`` literal) or position."""
     positional = [a for a in call.args if a.keyword is None and not a.star]

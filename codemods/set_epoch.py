@@ -144,6 +144,7 @@ class SetEpoch(Transform):
         sampler = _arg(loader, 3, "sampler")
         if sampler is None or not self.is_call(sampler, N.DISTRIBUTED_SAMPLER):
             return
+        given = any(arg.value is sampler for arg in loader.args)  # (not in a **{"sampler": ...})
         for around in self.ancestors(batch_loop):
             if around is batch_loop:
                 continue
@@ -152,7 +153,7 @@ class SetEpoch(Transform):
             if isinstance(around, (cst.For, cst.While)):
                 break
         epoch_loop = self._epoch_loop(batch_loop)
-        if epoch_loop is None or _calls_set_epoch(epoch_loop.body):
+        if epoch_loop is None or _calls_set_epoch(epoch_loop.body) or not given:
             self.manual(
                 batch_loop,
                 "DataLoader built in the loop header: a new DistributedSampler on every pass, each "

@@ -23,6 +23,15 @@ log.write("written, never closed\\n")
 atexit.register(lambda: open("atexit.txt", "w").write("ran\\n"))
 
 
+class Proxy:  # (werkzeug's LocalProxy: reading its __class__ raises when unbound)
+    @property
+    def __class__(self):
+        raise RuntimeError("unbound")
+
+
+proxy = Proxy()
+
+
 def late():
     time.sleep(0.3)
     open("thread.txt", "w").write("done\\n")
@@ -48,12 +57,14 @@ def test_rank_log_leaves_as_the_interpreter_would(tmp_path, what, code, output):
     for mode in (["job.py"], ["-m", "job"]) if what == "ok" else (["job.py"],):
         for name in ("left_open.txt", "atexit.txt", "thread.txt"):
             (tmp_path / name).unlink(missing_ok=True)
+        env = dict(script_env(tmp_path), PYTHONWARNINGS="error::FutureWarning")  # none at the exit either
         run = subprocess.run(
-            [sys.executable, str(RANK_LOG), *mode, what], cwd=tmp_path, env=script_env(tmp_path),
+            [sys.executable, str(RANK_LOG), *mode, what], cwd=tmp_path, env=env,
             capture_output=True, text=True, timeout=120,
         )
         assert run.returncode == code, run.stdout + run.stderr
         assert output in run.stdout + run.stderr
+        assert "Warning" not in run.stderr and "unbound" not in run.stderr, run.stderr
         assert f"argv ['{tmp_path / 'job.py'}', '{what}']" in run.stdout  # as `python job.py` / `-m job`
         assert (tmp_path / "left_open.txt").read_text() == "written, never closed\n"
         assert (tmp_path / "atexit.txt").read_text() == "ran\n"

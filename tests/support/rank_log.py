@@ -32,6 +32,7 @@ import os
 import runpy
 import sys
 import threading
+import warnings
 
 
 def main() -> None:
@@ -106,9 +107,9 @@ def _run(script) -> int:
             return exc.code or 0
         print(exc.code, file=sys.stderr)
         return 1
-    except BaseException:
+    except BaseException as exc:
         sys.excepthook(*sys.exc_info())
-        return 1
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
     return 0
 
 
@@ -116,10 +117,11 @@ def _leave(code: int) -> None:
     """What the interpreter does on the way out, then ``os._exit`` (see above)."""
     threading._shutdown()  # the script's own (non-daemon) threads
     atexit._run_exitfuncs()
-    for obj in gc.get_objects():  # files the script left open
-        if isinstance(obj, io.IOBase):
+    with warnings.catch_warnings():  # (a file object's .closed may warn or raise)
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():  # files the script left open
             try:
-                if not obj.closed:
+                if issubclass(type(obj), io.IOBase) and not obj.closed:
                     obj.flush()
             except Exception:
                 pass
