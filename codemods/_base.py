@@ -287,13 +287,13 @@ class Transform(Codemod, cst.CSTTransformer):
     def changed(self, node: cst.CSTNode, message: str, code: Optional[str] = None) -> None:
         line, col = self.position(node)
         self.findings.append(
-            Finding(code or self.CODE, "change", line, col, message, self.NAME)
+            Finding(code or self.CODE, "change", line, col, _one_line(message), self.NAME)
         )
 
     def note(self, node: cst.CSTNode, message: str, code: Optional[str] = None) -> None:
         line, col = self.position(node)
         self.findings.append(
-            Finding(code or self.CODE, "note", line, col, message, self.NAME)
+            Finding(code or self.CODE, "note", line, col, _one_line(message), self.NAME)
         )
 
     def manual(
@@ -306,6 +306,7 @@ class Transform(Codemod, cst.CSTTransformer):
         """Leave ``node`` as it is and report it for a human, with a marker comment."""
         line, col = self.position(node)
         code = code or self.CODE
+        message = _one_line(message)  # (a message quoting code that spans lines: one comment line)
         self.findings.append(Finding(code, "manual", line, col, message, self.NAME))
         if marker and self.settings.markers:
             stmt = self.statement_of(node)
@@ -523,6 +524,11 @@ class Transform(Codemod, cst.CSTTransformer):
             return None
         if what == "device":
             if self._usable_device(scope):
+                if self._bound_before(scope, "device", node):
+                    return "device"
+                # (set only further down: ours at the top, the same value it gets there)
+                self._need(owner, "local_rank", scope)
+                self._need(owner, "device", scope)
                 return "device"
             if "device" in scope and not self._preamble_has(owner, "device") and not self._unused_here(scope, "device"):
                 return None  # a different "device" is in scope: don't guess
@@ -542,15 +548,16 @@ class Transform(Codemod, cst.CSTTransformer):
             scope = scope.parent
         if scope is None or isinstance(getattr(scope, "node", None), cst.Lambda):
             return "in a lambda, where this process's device cannot be defined: move the code into a function"
-        values = []
+        values = []  # (line, code), in the file's order
         for assignment in scope.assignments["device"] if "device" in scope else ():
             target = getattr(assignment, "node", None)
             assign = self._assign_of(target) if isinstance(target, cst.Name) else None
             if assign is not None:
-                values.append(self.module.code_for_node(assign.value))
+                values.append((self.position(assign), _one_line(self.module.code_for_node(assign.value))))
             elif isinstance(target, cst.Param) or isinstance(self.parent(target), cst.Param):
-                values.append("a parameter")
-        what = f" ({', '.join(dict.fromkeys(values))})" if values else ""
+                values.append((self.position(target), "a parameter"))
+        quoted = dict.fromkeys(code for _, code in sorted(values))
+        what = f" ({', '.join(quoted)})" if values else ""
         return (
             f"the script's own `device`{what} is not this process's GPU and dp2ddp does not guess "
             "what it means: set it to torch.device(f\"cuda:{local_rank}\") (local_rank = "
@@ -566,6 +573,18 @@ class Transform(Codemod, cst.CSTTransformer):
             and not list(scope.accesses[name])
             and not list(scope.assignments[name])
         )
+
+    def _bound_before(self, scope, name: str, node: cst.CSTNode) -> bool:
+        """``name`` has a value where ``node`` is: a parameter, a binding of an
+        outer scope, or one of this scope on an earlier line."""
+        line = self.position(node)[0]
+        for assignment in scope[name]:
+            target = getattr(assignment, "node", None)
+            if assignment.scope is not scope or isinstance(target, cst.Param):
+                return True
+            if target is not None and 0 < self.position(target)[0] < line:
+                return True
+        return False
 
     def _usable_device(self, scope) -> bool:
         """A ``device`` in scope that holds this rank's device (or is passed in)."""
@@ -660,29 +679,36 @@ class Transform(Codemod, cst.CSTTransformer):
         scope = self.get_metadata(ScopeProvider, at, None)
         if scope is None:
             return False
-        line = self.position(at)[0]
         for assignment in scope[expr.value]:
             node = getattr(assignment, "node", None)
             if isinstance(node, cst.Name):
                 assign = self._assign_of(node)
-                if assign is not None and m.matches(assign.value, P.DEVICE_MOVE) and self.position(assign)[0] < line:
+                if assign is not None and m.matches(assign.value, P.DEVICE_MOVE) and self._ran_before(assign, at):
                     return True
         for access in scope.accesses[expr.value]:
             attr = self.parent(access.node)
             if isinstance(attr, cst.Attribute) and attr.value is access.node and attr.attr.value in ("to", "cuda"):
                 call = self.parent(attr)
                 if isinstance(call, cst.Call) and isinstance(self.parent(call), cst.Expr):
-                    if self.position(call)[0] < line:
+                    if self._ran_before(call, at):
                         return True
         return False
+
+    def _ran_before(self, earlier: cst.CSTNode, at: cst.CSTNode) -> bool:
+        """``earlier`` is on an earlier line, in a block that holds ``at`` too: it
+        has run when ``at`` runs (not in the other branch of an ``if``)."""
+        if not 0 < self.position(earlier)[0] < self.position(at)[0]:
+            return False
+        stmt = self.statement_of(earlier)
+        block = self.parent(stmt) if stmt is not None else None
+        return block is not None and any(a is block for a in self.ancestors(at))
 
     def _attribute_moved(self, expr: cst.Attribute, at: cst.CSTNode) -> bool:
         """``self.model = model.to(self.device)`` earlier in the same function."""
         if self.enclosing_function(at) is None:
             return False
-        line = self.position(at)[0]
         return any(
-            m.matches(assign.value, P.DEVICE_MOVE) and self.position(assign)[0] < line
+            m.matches(assign.value, P.DEVICE_MOVE) and self._ran_before(assign, at)
             for assign in self.assignments_to(P.dotted_name(expr), at)
         )
 
@@ -1056,3 +1082,13 @@ def {name}(model):
         return torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     return model
 '''.lstrip("\n")
+
+
+def _one_line(message: str) -> str:
+    """``message`` with the line breaks of the code it quotes folded (as the code
+    would read on one line: no space inside brackets, no trailing comma)."""
+    if "\n" not in message and "\r" not in message:
+        return message
+    message = re.sub(r",?\s*[\r\n]\s*([)\]}])", r"\1", message)
+    message = re.sub(r"([(\[{])\s*[\r\n]\s*", r"\1", message)
+    return re.sub(r"\s*[\r\n]+\s*", " ", message)

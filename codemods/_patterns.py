@@ -43,7 +43,34 @@ def is_cuda_string(node: cst.CSTNode) -> bool:
             part.value for part in node.parts if isinstance(part, cst.FormattedStringText)
         )
         return text.startswith("cuda:") or text == "cuda"
-    return False
+    return cuda_string_indices(node) is not None
+
+
+def cuda_string_indices(node: cst.CSTNode) -> Optional[list]:
+    """The GPU index expressions of a CUDA device string built at run time:
+    ``f"cuda:{gpu}"``, ``"cuda:{}".format(gpu)``, ``"cuda:%d" % gpu``,
+    ``"cuda:" + str(gpu)``; None for anything else."""
+    if isinstance(node, cst.FormattedString):
+        if not is_cuda_string(node):
+            return None
+        return [p.expression for p in node.parts if isinstance(p, cst.FormattedStringExpression)]
+    if (
+        isinstance(node, cst.Call)
+        and m.matches(node.func, m.Attribute(attr=m.Name("format")))
+        and re.fullmatch(r"cuda:\{[0-9]*\}", string_value(node.func.value) or "")
+    ):
+        return [a.value for a in node.args]
+    if isinstance(node, cst.BinaryOperation):
+        left = string_value(node.left) or ""
+        if isinstance(node.operator, cst.Modulo) and re.fullmatch(r"cuda:%[ds]", left):
+            right = node.right
+            return list(e.value for e in right.elements) if isinstance(right, cst.Tuple) else [right]
+        if isinstance(node.operator, cst.Add) and left == "cuda:":
+            right = node.right
+            if isinstance(right, cst.Call) and m.matches(right.func, m.Name("str")) and len(right.args) == 1:
+                return [right.args[0].value]
+            return [right]
+    return None
 
 
 def is_cpu_spec(t: "Transform", node: cst.CSTNode) -> bool:

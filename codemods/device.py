@@ -299,13 +299,12 @@ class RankDevice(Transform):
         """A GPU the user picked (``f"cuda:{args.gpu}"``, ``.cuda(args.gpu)``,
         ``set_device(gpu_ids[0])``) is replaced by LOCAL_RANK's: say so."""
         candidates = [node]
-        if isinstance(node, cst.FormattedString):
-            candidates = [p.expression for p in node.parts if isinstance(p, cst.FormattedStringExpression)]
+        if P.cuda_string_indices(node) is not None:  # f"cuda:{gpu}", "cuda:{}".format(gpu), ...
+            candidates = P.cuda_string_indices(node)
         elif self.is_call(node, N.TORCH_DEVICE):
             candidates = [a.value for a in node.args[1:]]
             first = node.args[0].value if node.args else None
-            if isinstance(first, cst.FormattedString):
-                candidates += [p.expression for p in first.parts if isinstance(p, cst.FormattedStringExpression)]
+            candidates += P.cuda_string_indices(first) or [] if first is not None else []
         elif isinstance(node, (cst.SimpleString, cst.IfExp)):
             return
         for candidate in candidates:
