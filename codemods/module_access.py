@@ -58,6 +58,8 @@ _NOT_FORWARD_PREFIXES = (
 
 #: functions of other modules that save what they get (``save_checkpoint(model, path)``)
 _SAVER = re.compile(r"(?i)(^|_)(save|checkpoint|export)")
+#: classes of another module whose objects may save the model handed to them
+_SAVING_CLASS = re.compile(r"(?i)save|checkpoint|export|early_?stop")
 
 #: builtins that take a module as a container of its layers
 _CONTAINER_BUILTINS = frozenset({"enumerate", "len", "list", "iter", "reversed", "tuple", "zip"})
@@ -112,15 +114,18 @@ class ModuleAccess(Transform):
         defs = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
         classes = {s.name.value: s for s in self.module.body if isinstance(s, cst.ClassDef)}
         instances = {}  # local name -> class, from ``x = SomeClass(...)`` in this scope
+        foreign = {}  # local name -> name of a class of another module that saves (EarlyStopping)
         for assign in P.find(scope, cst.Assign):
             if (
                 len(assign.targets) == 1
                 and isinstance(assign.targets[0].target, cst.Name)
                 and isinstance(assign.value, cst.Call)
                 and isinstance(assign.value.func, cst.Name)
-                and assign.value.func.value in classes
             ):
-                instances[assign.targets[0].target.value] = classes[assign.value.func.value]
+                if assign.value.func.value in classes:
+                    instances[assign.targets[0].target.value] = classes[assign.value.func.value]
+                elif _SAVING_CLASS.search(assign.value.func.value):
+                    foreign[assign.targets[0].target.value] = assign.value.func.value
         for call in P.find(scope, cst.Call):
             if (self.enclosing_function(call) or self.module) is not scope or self.position(call)[0] <= line:
                 continue
@@ -145,8 +150,10 @@ class ModuleAccess(Transform):
                 self._follow_into(_method(cls, func.attr.value), call, name, cls, depth)
             elif isinstance(func, (cst.Name, cst.Attribute)) and _SAVER.search(P.dotted_name(func).rsplit(".", 1)[-1]):
                 self._note_foreign_saver(call, name)
+            elif P.dotted_name(func).split(".", 1)[0] in foreign:  # early_stopping(val_loss, model)
+                self._note_foreign_saver(call, name, foreign[P.dotted_name(func).split(".", 1)[0]])
 
-    def _note_foreign_saver(self, call: cst.Call, name: str) -> None:
+    def _note_foreign_saver(self, call: cst.Call, name: str, owner: Optional[str] = None) -> None:
         """``save_checkpoint(model, path)`` of another module (``from utils import
         save_checkpoint``) gets the DDP wrapper now: what it saves of it -- its
         ``state_dict()`` -- gains the ``module.`` prefix, which code here cannot see."""
@@ -157,10 +164,10 @@ class ModuleAccess(Transform):
         if any(q == "torch" or q.startswith("torch.") for q in self.qnames(call.func)):
             return  # torch.save(model, ...): rewritten where it is (leave_Call)
         self._noted_savers.add(call)
-        callee = P.dotted_name(call.func)
+        callee = P.dotted_name(call.func) + (f"() of {owner}" if owner else "()")
         self.note(
             call,
-            f"{callee}() (not in this file) now gets {name} wrapped in DDP: if it saves "
+            f"{callee} (not in this file) now gets {name} wrapped in DDP: if it saves "
             f"{name}.state_dict() the keys gain a 'module.' prefix; pass {name}.module to keep "
             "the checkpoint format",
         )

@@ -263,7 +263,9 @@ def test_a_saver_of_another_module_is_noted_once_and_torch_save_is_not():
     source = (FIXTURES / "module-access" / "saver_of_another_module_noted.in.py").read_bytes()
     file = _convert(source, {})
     notes = [f for f in file.findings if "(not in this file)" in f.message]
-    assert [(n.line, n.code) for n in notes] == [(20, "DDP303")]
+    # early_stopping(loss.item(), model) of EarlyStopping, then save_model(model, ...)
+    assert [(n.line, n.code) for n in notes] == [(22, "DDP303"), (24, "DDP303")]
+    assert "early_stopping() of EarlyStopping (not in this file)" in notes[0].message
 
 
 def test_layers_forward_calls_only_under_a_condition_are_noted():
