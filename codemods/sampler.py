@@ -506,7 +506,7 @@ class DistributedSamplerTransform(Transform):
                 summed = (keyword == "reduction" and P.string_value(arg.value) == "sum") or (
                     keyword == "size_average" and m.matches(arg.value, m.Name("False"))
                 )
-                if summed and self._for_gradients(call):
+                if summed and self._for_gradients(call) and not self._normalised(call):
                     self._sum_noted = True
                     self.note(
                         call,
@@ -517,6 +517,29 @@ class DistributedSamplerTransform(Transform):
                         code="DDP103",
                     )
                     return
+
+    def _normalised(self, call: cst.Call) -> bool:
+        """The summed loss is divided by a count where it is computed --
+        ``CrossEntropyLoss(reduction="sum")(out, tgt) / ntokens``, or
+        ``criterion(out, tgt) / ntokens`` at every use of ``criterion = ...(reduction="sum")``:
+        a mean over this process's data, which DDP's averaging keeps as it was."""
+
+        def divided(node: cst.CSTNode) -> bool:
+            parent = self.parent(node)
+            if isinstance(parent, cst.Call) and parent.func is node:  # the loss module, called
+                node, parent = parent, self.parent(parent)
+            return isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Divide) and (
+                parent.left is node
+            )
+
+        if divided(call):
+            return True
+        assign = self.parent(call)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+            return False
+        name = P.dotted_name(assign.targets[0].target)
+        uses = [c for c in P.find(self.module, cst.Call) if name and P.dotted_name(c.func) == name]
+        return bool(uses) and all(divided(use) for use in uses)
 
     def _for_gradients(self, call: cst.Call) -> bool:
         """A summed loss that may reach ``backward()``: not one computed under
