@@ -58,6 +58,7 @@ class RankDevice(Transform):
         super().__init__(*args, **kwargs)
         #: functions (or the module) that place things on a second GPU on purpose
         self._multi_gpu: Set[cst.CSTNode] = set()
+        self._switch_noted = False
 
     def visit_Module(self, node: cst.Module) -> None:
         for sub in P.find(node, cst.Call, cst.SimpleString):
@@ -292,8 +293,28 @@ class RankDevice(Transform):
             # still a torch.device (device.type in autocast/GradScaler)
             spec = f"{torch_name}.device({spec})"
         self.explicit_gpu_note(body)
+        self._note_own_cuda_switch(original_node, test)
         self.changed(original_node, "the device is this process's GPU (LOCAL_RANK), CPU without one")
         return cst.parse_expression(spec)
+
+    def _note_own_cuda_switch(self, node: cst.CSTNode, test: Optional[cst.BaseExpression]) -> None:
+        """``"cuda" if use_cuda else "cpu"`` (a --no-cuda flag): the device follows the
+        script's switch, but the backend (NCCL) and DDP's device_ids follow
+        torch.cuda.is_available() -- off on a GPU machine, they disagree.  Said once."""
+        if test is None or self._switch_noted:
+            return
+        code = self.module.code_for_node(test)
+        if re.fullmatch(r"[\w.]*cuda\.is_available\(\)", code):
+            return
+        self._switch_noted = True
+        self.note(
+            node,
+            f"the device follows the script's own switch ({code}), while the process group's "
+            "backend (NCCL with a GPU) and DDP's device_ids follow torch.cuda.is_available(): "
+            "to run on the CPU of a GPU machine, hide the GPUs (CUDA_VISIBLE_DEVICES=) instead "
+            "of switching CUDA off",
+            code="DDP005",
+        )
 
     def explicit_gpu_note(self, node: cst.CSTNode) -> None:
         """A GPU the user picked (``f"cuda:{args.gpu}"``, ``.cuda(args.gpu)``,
