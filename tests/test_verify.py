@@ -421,6 +421,16 @@ def test_a_sampler_of_the_projects_own_is_judged_by_the_orders_it_drew(workdir):
             stacks={}, logs={},
         )
 
+    # a batch sampler of the project's own (a BatchSampler subclass that never set .sampler)
+    # is judged by what it drew, not as the DataLoader's default SequentialSampler
+    unsharded = verify(
+        VerifyOptions(script=str(FIXTURES / "verify" / "custom_sampler.py"), args=["--unsharded-batches"], timeout=30.0)
+    )
+    checks = by_name(unsharded)
+    assert checks["data-sharded"].status == "fail", text(unsharded)
+    assert "make ShuffledBatches give each rank its own part" in checks["data-sharded"].advice
+    assert checks["set-epoch"].message == "ShuffledBatches (the project's own): 3 epochs, each in a new order"
+
     # the same order every epoch: not a failure (it may not shuffle), but said
     same = check_set_epoch(passes(None, [[3, 1, 2], [3, 1, 2]]))
     assert same.status == "pass" and "drew the same order in all 2 epochs" in same.message

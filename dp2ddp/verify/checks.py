@@ -340,10 +340,13 @@ def check_sharded(records: Records) -> Check:
     drawn = [set(p["indices"]) for p in first_passes.values()]
     overlap = set.intersection(*drawn) if drawn else set()
     if overlap:
+        own = sample.get("sampler") if sample.get("own_batches") else None
         return check.fail(
             f"ranks draw the same samples ({len(overlap)} shared in the first epoch)",
             location=location,
-            advice="use a DistributedSampler",
+            advice=f"make {own} give each rank its own part of the indices (e.g. draw from "
+            "DistributedSampler(dataset)'s shard, or keep every world_size-th batch from rank on)"
+            if own else "use a DistributedSampler",
         )
     return check.ok("ranks drew disjoint samples (custom sampler; coverage not checked)")
 

@@ -471,8 +471,13 @@ class _RecordingIter:
         batches = getattr(self.loader, "batch_sampler", None)
         inner = getattr(batches, "sampler", None)
         via_batch_sampler = inner is not None and inner is not sampler  # DataLoader(batch_sampler=...)
-        # a batch sampler of its own (a bucketing one) draws the indices itself
-        own_batches = batches is not None and not isinstance(batches, BatchSampler) and inner is None
+        # a batch sampler of its own (a bucketing one, a BatchSampler subclass with its own
+        # __iter__ that never set .sampler) draws the indices itself
+        own_batches = (
+            batches is not None
+            and inner is None
+            and (not isinstance(batches, BatchSampler) or type(batches).__iter__ is not BatchSampler.__iter__)
+        )
         if via_batch_sampler:
             sampler = inner
         elif own_batches:
@@ -480,6 +485,8 @@ class _RecordingIter:
         info: Dict[str, Any] = {"sampler": type(sampler).__name__ if sampler is not None else None}
         if via_batch_sampler:
             info["batch_sampler"] = type(batches).__name__
+        if own_batches:
+            info["own_batches"] = True
         info["batch_size"] = getattr(self.loader, "batch_size", None) or getattr(batches, "batch_size", None)
         info["drop_last"] = bool(getattr(self.loader, "drop_last", False) or getattr(batches, "drop_last", False))
         try:
