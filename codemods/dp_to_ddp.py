@@ -470,15 +470,17 @@ class DataParallelToDDP(Transform):
         indices = [i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and self._wraps_here(s)]
         index = indices[0] if indices else None
         if index is None:
-            if self._wraps_here(original_node.body) or (
-                original_node.orelse is not None and self._wraps_here(original_node.orelse)
-            ):
+            if (
+                self._wraps_here(original_node.body)
+                or (original_node.orelse is not None and self._wraps_here(original_node.orelse))
+            ) and not self._in_a_condition(original_node):
                 self.manual(original_node, _CONDITIONAL_WRAP)
             return updated_node
         if not P.is_gpu_guard(self, original_node.test) or (
             original_node.orelse is not None and not isinstance(original_node.orelse, cst.Else)
         ):
-            self.manual(original_node, _CONDITIONAL_WRAP)
+            if not self._in_a_condition(original_node):
+                self.manual(original_node, _CONDITIONAL_WRAP)
             return updated_node
         updated_body = list(updated_node.body.body)
         wraps = [updated_body[i] for i in indices]
@@ -560,6 +562,18 @@ class DataParallelToDDP(Transform):
         if self._wraps_here(original_node.body) or self._wraps_here(original_node.orelse):
             self.manual(original_node, _CONDITIONAL_WRAP)
         return updated_node
+
+    def _in_a_condition(self, node: cst.If) -> bool:
+        """``node`` is inside another ``if`` (or is an ``elif``) of the same function:
+        the conditional wrap is reported once, at the outermost condition."""
+        for anc in self.ancestors(node):
+            if anc is node:
+                continue
+            if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+                return False
+            if isinstance(anc, cst.If) and not P.is_main_guard(anc):
+                return True
+        return False
 
     def _wraps_here(self, block: cst.CSTNode) -> bool:
         return any(call in self._converted for call in P.find(block, cst.Call))
