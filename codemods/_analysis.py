@@ -1045,6 +1045,48 @@ def unseeded_random_splits(src: Source, with_kwargs: bool = False) -> List[ast.C
     return splits
 
 
+#: what builds a split from indices, and the draws of unseeded indices
+_SUBSETS = frozenset(
+    {
+        "torch.utils.data.Subset", "torch.utils.data.dataset.Subset",
+        "torch.utils.data.SubsetRandomSampler", "torch.utils.data.sampler.SubsetRandomSampler",
+    }
+)
+_INDEX_DRAWS = {
+    "torch.randperm": N.TORCH_SEED,
+    "numpy.random.permutation": frozenset({"numpy.random.seed"}),
+    "numpy.random.shuffle": frozenset({"numpy.random.seed"}),
+    "random.shuffle": frozenset({"random.seed"}),
+}
+
+
+def unseeded_index_splits(src: Source) -> List[ast.Call]:
+    """``indices = torch.randperm(len(ds))`` (no ``generator=``), ``np.random.permutation``,
+    ``np.random.shuffle``, ``random.shuffle`` in a function that also builds a ``Subset``
+    or a ``SubsetRandomSampler``: a split made by hand, drawn from each process's own
+    random state -- unless the file seeds that state alike first (a seed that names the
+    rank differs)."""
+    if "Subset" not in src.text:
+        return []
+    owners = {id(src.function_of(c)) for c in src.calls_to(_SUBSETS)}
+    if not owners:
+        return []
+    draws = [
+        c for c in src.calls
+        if src.qualname(c.func) in _INDEX_DRAWS and id(src.function_of(c)) in owners
+        and keyword(c, "generator") is None
+    ]
+    seeded = set()
+    for call in src.calls:
+        name = src.qualname(call.func)
+        if any(_RANK_WORD.search(dotted(n) or "") for a in call.args for n in ast.walk(a)):
+            continue
+        if last_name(call.func) in N.SEED_HELPERS:
+            seeded |= set(_INDEX_DRAWS)
+        seeded |= {draw for draw, seeds in _INDEX_DRAWS.items() if name in seeds}
+    return [c for c in draws if src.qualname(c.func) not in seeded]
+
+
 def iterable_dataset(src: Source, dataset: Optional[ast.AST]) -> bool:
     """``dataset`` (an argument of a DataLoader) is an object of an
     ``IterableDataset`` class -- torch's, or one of this file's classes deriving

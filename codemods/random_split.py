@@ -13,6 +13,10 @@ becomes::
 
     train_set, val_set = random_split(dataset, [80, 20], generator=torch.Generator().manual_seed(0))
 
+A split made by hand -- ``indices = torch.randperm(len(dataset))`` for a ``Subset``
+or a ``SubsetRandomSampler`` -- gets the same generator; one drawn with numpy or
+``random`` is reported.
+
 A script that seeds torch alike on every process before (``torch.manual_seed(0)``,
 ``seed_everything(seed)``) is left as it is; one that seeds by rank is not.
 """
@@ -27,11 +31,15 @@ from . import _analysis as A
 from ._base import FileRole, Transform
 
 
+#: the draws of a split's indices (``_analysis.unseeded_index_splits``)
+_DRAWS = frozenset({"torch.randperm", "numpy.random.permutation", "numpy.random.shuffle", "random.shuffle"})
+
+
 class RandomSplit(Transform):
     CODE = "DDP107"
     NAME = "random-split"
     DESCRIPTION = "Give random_split a seeded generator: the same split on every process."
-    TRIGGERS = ("random_split",)
+    TRIGGERS = ("random_split", "Subset")
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:
@@ -41,9 +49,12 @@ class RandomSplit(Transform):
         self._lines: Set[tuple] = {
             (c.lineno, c.col_offset + 1) for c in A.unseeded_random_splits(self.ast_source, with_kwargs=True)
         }
-        return bool(self._lines)
+        self._draws: Set[tuple] = {(c.lineno, c.col_offset + 1) for c in A.unseeded_index_splits(self.ast_source)}
+        return bool(self._lines or self._draws)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.position(original_node) in self._draws and self.qnames(original_node.func) & _DRAWS:
+            return self._index_draw(original_node, updated_node)  # (not the .tolist() around it)
         if self.position(original_node) not in self._lines:
             return updated_node
         code = self.module.code_for_node(original_node)
@@ -68,3 +79,31 @@ class RandomSplit(Transform):
             "the data alike (unseeded, each rank split it differently, and one trained on what another validates on)",
         )
         return updated_node.with_changes(args=args)
+
+    def _index_draw(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``indices = torch.randperm(len(ds))`` for a ``Subset`` split: a generator of its
+        own, like random_split's; numpy's and ``random``'s draws are reported."""
+        torch_draw = any(q == "torch.randperm" for q in self.qnames(original.func))
+        code = self.module.code_for_node(original)
+        if not torch_draw or any(a.star for a in original.args) or "\n" in code or "#" in code:
+            self.manual(
+                original,
+                f"the indices of a Subset split are drawn from each process's own random state "
+                f"({code.split('(')[0]}): every rank splits differently, and one trains on what another "
+                "validates on; draw them with a fixed seed (torch.randperm(n, generator="
+                "torch.Generator().manual_seed(0)), np.random.default_rng(0).permutation(n)) "
+                "or seed numpy/random alike on every process first",
+            )
+            return updated
+        generator = cst.parse_expression(f"{self.torch()}.Generator().manual_seed(0)")
+        last = updated.args[-1]
+        args = [*updated.args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
+        args.append(cst.Arg(value=generator, keyword=cst.Name("generator"), equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        )))
+        self.changed(
+            original,
+            "the indices of the Subset split are drawn from a generator of their own with a fixed seed: "
+            "every process splits the data alike (unseeded, each rank split it differently)",
+        )
+        return updated.with_changes(args=args)
