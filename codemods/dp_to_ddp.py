@@ -652,12 +652,12 @@ def _with_comments(call: cst.Call, old: cst.Call, kinds) -> cst.Call:
 
 def _arg_gaps(arg: cst.Arg, keep_value: bool):
     """The whitespace nodes of ``arg`` where its comments are (those inside a value
-    that stays go with the value)."""
+    that stays, or around the ``=`` of a keyword that stays, go with it)."""
     found = []
 
     class Gaps(cst.CSTVisitor):
         def on_visit(self, node: cst.CSTNode) -> bool:
-            if keep_value and node is arg.value:
+            if keep_value and (node is arg.value or node is arg.equal or node is arg.keyword):
                 return False
             if isinstance(node, (cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine)):
                 found.append(node)
