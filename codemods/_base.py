@@ -42,6 +42,7 @@ from libcst.metadata import (
 from . import _names as N
 from . import _patterns as P
 from ._model import SPELLED_MARKS, FileRole, Finding, Settings  # noqa: F401 (the transforms' vocabulary)
+from ._facts import BATCHNORM_LAYER
 
 MARKER = "# dp2ddp:"
 
@@ -783,7 +784,9 @@ class Transform(Codemod, cst.CSTTransformer):
         SyncBatchNorm first (through a helper that keeps them on CPU).  Without
         it, a file that builds BatchNorm layers gets a note at its first wrap."""
         if not self.settings.sync_bn:
-            if not getattr(self, "_batchnorm_noted", False) and _BATCHNORM.search(self.module.code):
+            if not getattr(self, "_batchnorm_noted", False) and (
+                _BATCHNORM.search(self.module.code) or self.role.program_batchnorm
+            ):
                 self._batchnorm_noted = True
                 self.note(
                     at,
@@ -1067,8 +1070,7 @@ def _binds_torch(stmt: cst.CSTNode) -> bool:
     )
 
 
-#: a BatchNorm layer built in the file (nn.BatchNorm2d, BatchNorm1d(...), not SyncBatchNorm)
-_BATCHNORM = re.compile(r"(?<!Sync)\bBatchNorm[123]d\(")
+_BATCHNORM = BATCHNORM_LAYER
 
 SYNC_BATCHNORM = '''
 def {name}(model):

@@ -36,6 +36,8 @@ class FileFacts:
     trains: bool = False
     #: builds a torch.optim optimizer
     builds_optimizer: bool = False
+    #: builds BatchNorm layers (``nn.BatchNorm2d(...)``, not SyncBatchNorm)
+    builds_batchnorm: bool = False
     has_main_guard: bool = False
     main_guard_line: int = 0
     main_guard_trains: bool = False
@@ -54,6 +56,9 @@ class FileFacts:
     #: relative to the file's folder: imports resolve there too
     path_roots: Set[str] = field(default_factory=set)
 
+
+#: a BatchNorm layer built in the file (nn.BatchNorm2d, BatchNorm1d(...), not SyncBatchNorm)
+BATCHNORM_LAYER = re.compile(r"(?<!Sync)\bBatchNorm[123]d\(")
 
 #: names a training script takes from torch (``import torch.nn as nn``, ...)
 _TORCH_NAMES = frozenset({"torch", "nn", "DataParallel", "DataLoader", "optim"})
@@ -90,6 +95,7 @@ def is_main_guard(node: ast.AST) -> bool:
 def collect_facts(src: Source) -> FileFacts:
     facts = FileFacts()
     facts.uses_torch = any(q == "torch" or q.startswith("torch.") for q in src.aliases.values())
+    facts.builds_batchnorm = "BatchNorm" in src.text and bool(BATCHNORM_LAYER.search(src.text))
     for node in src.nodes:
         if isinstance(node, ast.Import):
             facts.imports.update(alias.name for alias in node.names)

@@ -52,6 +52,8 @@ class FileRole:
     #: The program builds no torch.optim optimizer (it updates parameters by hand):
     #: wrap-model has no module to wrap.
     no_optimizer: bool = False
+    #: A module of the program builds BatchNorm layers (the model may live in another file).
+    program_batchnorm: bool = False
     #: The file already sets up DDP itself (init_process_group, DDP, spawn).
     already_distributed: bool = False
     #: ... through dp2ddp's own setup helper: converted earlier, and a DataParallel

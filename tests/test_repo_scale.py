@@ -601,6 +601,28 @@ def test_check_with_emit_launch_is_a_usage_error(tmp_path):
     assert result.exit_code == 2 and not (tmp_path / "launch").exists()
 
 
+def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
+    """The model (with BatchNorm) in models.py, the wrap in train.py: the note that
+    BatchNorm now normalises per process is given where the wrap is, as in one file."""
+    from dp2ddp.engine import convert_sources
+
+    files = {
+        "models.py": "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8))\n\n"
+        "    def forward(self, x):\n        return self.body(x)\n",
+        "train.py": "import torch\nimport torch.nn as nn\n\nfrom models import Net\n\n\ndef main():\n"
+        "    net = nn.DataParallel(Net())\n    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    net(torch.randn(8, 4)).sum().backward()\n    opt.step()\n\n\n"
+        "if __name__ == '__main__':\n    main()\n",
+    }
+    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in files.items()}).files}
+    notes = [(f.line, f.code) for f in by_path["train.py"].findings if "BatchNorm layers now" in f.message]
+    assert notes == [(8, "DDP001")]
+    plain = {**files, "models.py": files["models.py"].replace("nn.BatchNorm1d(8)", "nn.ReLU()")}
+    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in plain.items()}).files}
+    assert not [f for f in by_path["train.py"].findings if "BatchNorm" in f.message]
+
+
 def test_a_package_that_re_exports_its_modules_is_one_program(tmp_path):
     """``from .nets import wrap`` where ``nets/__init__.py`` re-exports it from
     ``nets/builder.py`` (an ``__init__`` without torch, which the prefilter keeps
