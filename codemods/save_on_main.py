@@ -198,13 +198,23 @@ class SaveOnMainProcess(MainProcessGuard):
         if call is None or P.under_main_process_check(self, node):
             return
         func = self.ast_source.function_of(stmt)
+        elsewhere = False
         if func is not None and not A.called_unguarded(self.ast_source, func):
-            return  # (as lint: a helper this file never calls is its callers' to guard)
+            called_here = any(
+                A.last_name(c.func) == getattr(func, "name", None) for c in self.ast_source.calls
+            )
+            if called_here or self.role.is_entry or not self.role.in_program:
+                return  # (called on the main process only here; or a helper nothing runs)
+            elsewhere = True  # a module's helper (save_opts in options.py): its callers are in other files
         if any(isinstance(i.item, cst.Call) and self._per_rank_path(i.item) for i in node.items):
             return
         from .rules.save_on_every_rank import LONG_LIVED_MESSAGE
 
-        self.manual(node, LONG_LIVED_MESSAGE)
+        self.manual(
+            node,
+            LONG_LIVED_MESSAGE
+            + (" (unless the modules that call this function call it on the main process only)" if elsewhere else ""),
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.is_call(node, N.TORCH_SAVE):

@@ -623,6 +623,26 @@ def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
     assert not [f for f in by_path["train.py"].findings if "BatchNorm" in f.message]
 
 
+def test_a_file_kept_open_by_a_helper_of_another_module_is_reported_there():
+    """pix2pix's options.py: ``save_opts`` writes opt.txt line by line, and train.py
+    calls it on every rank. Lint, one file at a time, cannot tell; convert, which sees
+    the program, reports it in the module (a one-shot write there is guarded)."""
+    from dp2ddp.engine import convert_sources
+
+    files = {
+        "opts.py": "import torch\n\n\ndef save_opts(opt, path):\n    with open(path, 'wt') as f:\n"
+        "        for k, v in sorted(opt.items()):\n            f.write(f'{k}: {v}\\n')\n",
+        "train.py": "import torch\nimport torch.nn as nn\n\nfrom opts import save_opts\n\n\ndef main():\n"
+        "    save_opts({'lr': 0.1}, 'opt.txt')\n    net = nn.DataParallel(nn.Linear(4, 2))\n"
+        "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n    net(torch.randn(8, 4)).sum().backward()\n"
+        "    opt.step()\n\n\nif __name__ == '__main__':\n    main()\n",
+    }
+    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in files.items()}).files}
+    spots = [(f.line, f.code) for f in by_path["opts.py"].findings if f.kind == "manual"]
+    assert spots == [(5, "DDP302")]
+    assert "unless the modules that call this function" in by_path["opts.py"].findings[0].message
+
+
 def test_a_package_that_re_exports_its_modules_is_one_program(tmp_path):
     """``from .nets import wrap`` where ``nets/__init__.py`` re-exports it from
     ``nets/builder.py`` (an ``__init__`` without torch, which the prefilter keeps
