@@ -1565,6 +1565,10 @@ def _rebinds(stmt: ast.AST, name: str) -> bool:
     )
 
 
+#: a helper that initialises a model's weights (``init_weights(net)``, ``weights_init``)
+_INIT_FUNCTION = re.compile(r"(?i)^(init|initiali[sz]e|reset)_?(weights?|params|parameters)$|^weights?_?init$")
+
+
 def _parameter_changes(stmt: ast.AST, name: str) -> Iterator[Tuple[ast.AST, str]]:
     """Where ``stmt`` changes the parameters of the model called ``name`` or of
     one of its parts (``model.module.features``)."""
@@ -1577,6 +1581,13 @@ def _parameter_changes(stmt: ast.AST, name: str) -> Iterator[Tuple[ast.AST, str]
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in _CHANGING_METHODS and owned(node.func.value):
                 yield node, _CHANGING_METHODS[node.func.attr]
+        if (
+            isinstance(node, ast.Call)
+            and _INIT_FUNCTION.search(last_name(node.func))
+            and any(owned(arg) for arg in node.args[:1])
+        ):
+            # pix2pix's init_net: ``init_weights(net, init_type)`` after the wrap
+            yield node, f"{last_name(node.func)}() re-initialises its weights"
         elif isinstance(node, ast.Assign):
             # a new layer (a class is called): ``model.module.fc = nn.Linear(8, 3)``,
             # also moved on: ``nn.Linear(8, 3).to(device)``
