@@ -54,6 +54,8 @@ class FileRole:
     no_optimizer: bool = False
     #: A module of the program builds BatchNorm layers (the model may live in another file).
     program_batchnorm: bool = False
+    #: A module of the program builds DataLoaders (sharded once converted).
+    program_loads_data: bool = False
     #: The file already sets up DDP itself (init_process_group, DDP, spawn).
     already_distributed: bool = False
     #: ... through dp2ddp's own setup helper: converted earlier, and a DataParallel

@@ -72,7 +72,7 @@ class DistributedSamplerTransform(Transform):
     CODE = "DDP101"
     NAME = "distributed-sampler"
     DESCRIPTION = "Give the training DataLoader a DistributedSampler (shuffle moved into it)."
-    TRIGGERS = ("DataLoader",)
+    TRIGGERS = ("DataLoader", "arange")  # (arange: a contrastive loss of the model's module)
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:
@@ -88,6 +88,16 @@ class DistributedSamplerTransform(Transform):
         self._random_noted = False
         #: training loaders whose ``sampler=`` variable became a DistributedSampler -> its shuffle
         self._named_plain: Dict[cst.Call, str] = {}
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        if "DataLoader" not in self.module.code:
+            # a module of the program without loaders (models.py, losses.py): its
+            # in-batch-negatives loss sees only this process's share once the
+            # program's loaders are sharded
+            if self.role.program_loads_data:
+                self._note_in_batch_comparison()
+            return False
+        return True
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.is_call(original_node, N.RANDOM_SAMPLER | N.SEQUENTIAL_SAMPLER):

@@ -618,6 +618,21 @@ def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
     by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in files.items()}).files}
     notes = [(f.line, f.code) for f in by_path["train.py"].findings if "BatchNorm layers now" in f.message]
     assert notes == [(8, "DDP001")]
+    # an in-batch-negatives loss of models.py is noted there: the loaders of train.py are sharded
+    contrastive = {
+        **files,
+        "models.py": files["models.py"] + "\n\ndef info_nce(a, b):\n    import torch\n\n"
+        "    logits = a @ b.t()\n    return nn.functional.cross_entropy(logits, torch.arange(len(a)))\n",
+        "train.py": files["train.py"].replace(
+            "    net = nn.DataParallel(Net())\n",
+            "    loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=4)\n"
+            "    net = nn.DataParallel(Net())\n",
+        ),
+    }
+    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in contrastive.items()}).files}
+    assert [(f.line, f.code) for f in by_path["models.py"].findings if "in-batch negatives" in f.message] == [
+        (17, "DDP103")
+    ]
     plain = {**files, "models.py": files["models.py"].replace("nn.BatchNorm1d(8)", "nn.ReLU()")}
     by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in plain.items()}).files}
     assert not [f for f in by_path["train.py"].findings if "BatchNorm" in f.message]
