@@ -173,7 +173,9 @@ HARMLESS_METHODS = frozenset(
      "get_world_size", "get_rank", "memory_allocated", "max_memory_allocated",
      "getcwd", "join", "exists", "basename", "dirname", "count", "abspath", "realpath",
      "relpath", "isfile", "isdir", "getsize", "splitext", "dumps",
-     "exp", "log", "log2", "log10", "sqrt", "floor", "ceil", "isnan", "isinf", "isfinite"}
+     "exp", "log", "log2", "log10", "sqrt", "floor", "ceil", "isnan", "isinf", "isfinite",
+     # (a model's own tensors, listed: sum(p.numel() for p in model.parameters()))
+     "parameters", "named_parameters", "buffers", "named_buffers"}
 )
 
 
