@@ -38,6 +38,8 @@ class FileFacts:
     builds_optimizer: bool = False
     #: builds BatchNorm layers (``nn.BatchNorm2d(...)``, not SyncBatchNorm)
     builds_batchnorm: bool = False
+    #: saves or loads a ``state_dict`` (checkpoints whose keys the wrap changes)
+    uses_state_dict: bool = False
     has_main_guard: bool = False
     main_guard_line: int = 0
     main_guard_trains: bool = False
@@ -96,6 +98,7 @@ def collect_facts(src: Source) -> FileFacts:
     facts = FileFacts()
     facts.uses_torch = any(q == "torch" or q.startswith("torch.") for q in src.aliases.values())
     facts.builds_batchnorm = "BatchNorm" in src.text and bool(BATCHNORM_LAYER.search(src.text))
+    facts.uses_state_dict = "state_dict" in src.text
     for node in src.nodes:
         if isinstance(node, ast.Import):
             facts.imports.update(alias.name for alias in node.names)

@@ -56,6 +56,8 @@ class FileRole:
     program_batchnorm: bool = False
     #: A module of the program builds DataLoaders (sharded once converted).
     program_loads_data: bool = False
+    #: A module of the program saves or loads a state_dict.
+    program_state_dict: bool = False
     #: The file already sets up DDP itself (init_process_group, DDP, spawn).
     already_distributed: bool = False
     #: ... through dp2ddp's own setup helper: converted earlier, and a DataParallel

@@ -524,7 +524,7 @@ class DataParallelToDDP(Transform):
         return cst.FlattenSentinel([kept, *(w.with_changes(leading_lines=[]) for w in wraps)])
 
     def _note_prefix(self, at: cst.CSTNode, wraps) -> None:
-        if "state_dict" in self.module.code and not self._unwraps_itself(wraps):
+        if ("state_dict" in self.module.code or self.role.program_state_dict) and not self._unwraps_itself(wraps):
             self.note(
                 at,
                 "the original wrapped only when it saw several GPUs, so its checkpoints from "

@@ -238,6 +238,7 @@ def assign_roles(
             no_optimizer=bool(owners) and not any(linked[p].builds_optimizer for p in program),
             program_batchnorm=any(linked[p].builds_batchnorm for p in program),
             program_loads_data=any(linked[p].has_data_loader for p in program),
+            program_state_dict=any(linked[p].uses_state_dict for p in program),
             already_distributed=f.already_distributed
             or any(facts[e].already_distributed for e in owners),
             set_up_by_dp2ddp="dp2ddp" in {facts[p].setup for p in (path, *owners)}

@@ -638,6 +638,27 @@ def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
     assert not [f for f in by_path["train.py"].findings if "BatchNorm" in f.message]
 
 
+def test_the_prefix_note_of_a_guarded_wrap_sees_the_checkpoints_of_other_modules():
+    """pix2pix: init_net wraps only with GPUs; base_model.py saves the state_dict. The
+    converted program always wraps, so the note on the 'module.' prefix of old
+    checkpoints is due although the wrapping file never names state_dict."""
+    from dp2ddp.engine import convert_sources
+
+    files = {
+        "networks.py": "import torch\nimport torch.nn as nn\n\n\ndef init_net(net):\n"
+        "    if torch.cuda.device_count() > 1:\n        net = nn.DataParallel(net)\n    return net\n",
+        "train.py": "import torch\nimport torch.nn as nn\n\nfrom networks import init_net\n\n\ndef main():\n"
+        "    net = init_net(nn.Linear(4, 2))\n    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    net(torch.randn(8, 4)).sum().backward()\n    opt.step()\n    torch.save(net.state_dict(), 'net.pth')\n\n\n"
+        "if __name__ == '__main__':\n    main()\n",
+    }
+    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in files.items()}).files}
+    assert [f.line for f in by_path["networks.py"].findings if "'module.' prefix" in f.message] == [6]
+    without = {**files, "train.py": files["train.py"].replace("    torch.save(net.state_dict(), 'net.pth')\n", "")}
+    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in without.items()}).files}
+    assert not [f for f in by_path["networks.py"].findings if "'module.' prefix" in f.message]
+
+
 def test_a_file_kept_open_by_a_helper_of_another_module_is_reported_there():
     """pix2pix's options.py: ``save_opts`` writes opt.txt line by line, and train.py
     calls it on every rank. Lint, one file at a time, cannot tell; convert, which sees
