@@ -48,7 +48,7 @@ class RankDevice(Transform):
     CODE = "DDP005"
     NAME = "rank-device"
     DESCRIPTION = "Place model and batches on this process's device, not a hard-wired GPU."
-    TRIGGERS = ("cuda", "device", "CUDA_VISIBLE_DEVICES", "local_rank", "local-rank")
+    TRIGGERS = ("cuda", "device", "CUDA_VISIBLE_DEVICES", "local_rank", "local-rank", "gpu")
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:
@@ -232,7 +232,8 @@ class RankDevice(Transform):
             positional_to = is_to and keyword is None and index == 0
             if not (positional_to or keyword in ("device", "map_location")):
                 continue
-            if not P.is_cuda_spec(self, orig_arg.value) or P.is_rank_device(self, orig_arg.value):
+            index_of_gpu = positional_to and _gpu_index(orig_arg.value)  # net.to(opt.gpu_ids[0])
+            if not index_of_gpu and (not P.is_cuda_spec(self, orig_arg.value) or P.is_rank_device(self, orig_arg.value)):
                 continue
             device = self.rank_name(original, "device")
             if device is None:
@@ -240,6 +241,8 @@ class RankDevice(Transform):
                 continue
             new_args[index] = arg.with_changes(value=cst.Name(device))
             changed = True
+            if index_of_gpu:
+                self.explicit_gpu_note(orig_arg.value)
             self.changed(orig_arg, f"hard-wired GPU -> {device}: this process's device")
         return updated.with_changes(args=new_args) if changed else updated
 
@@ -387,3 +390,14 @@ def _commas(args):
             arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         out.append(arg)
     return out
+
+
+#: a GPU index by its name: ``gpu``, ``args.gpu``, ``opt.gpu_ids[0]``, ``gpus[0]``
+_GPU_INDEX_NAME = re.compile(r"(?i)^gpus?(_?ids?)?$")
+
+
+def _gpu_index(node: cst.BaseExpression) -> bool:
+    """``net.to(opt.gpu_ids[0])`` (pix2pix's init_net): ``.to()`` of a GPU number."""
+    base = node.value if isinstance(node, cst.Subscript) else node
+    name = P.dotted_name(base)
+    return bool(name) and bool(_GPU_INDEX_NAME.match(name.rsplit(".", 1)[-1]))
