@@ -1060,6 +1060,44 @@ _INDEX_DRAWS = {
 }
 
 
+def _reaches_a_subset(src: Source, draw: ast.Call, subsets: List[ast.Call]) -> bool:
+    """The drawn indices (``idx = randperm(n)``; ``np.random.shuffle(idx)``: ``idx``), or
+    a name computed from them (``train_idx = idx[split:]``), are handed to a Subset of
+    the same function -- not a permutation that picks samples to show."""
+    func = src.function_of(draw)
+    if last_name(draw.func) == "shuffle":
+        names = {dotted(draw.args[0])} if draw.args else set()
+    else:
+        names = {assigned_name(src, _outermost_value(src, draw))}
+    names.discard("")
+    assigns = [a for a in ast.walk(func or src.tree) if isinstance(a, ast.Assign)]
+    for _ in range(3):  # a few steps of derivation
+        for assign in assigns:
+            if any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(assign.value)):
+                for target in assign.targets:
+                    for item in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+                        if dotted(item):
+                            names.add(dotted(item))
+    return any(
+        src.function_of(subset) is func
+        and any(isinstance(n, ast.Name) and n.id in names for arg in subset.args for n in ast.walk(arg))
+        for subset in subsets
+    )
+
+
+def _outermost_value(src: Source, node: ast.AST) -> ast.AST:
+    """``randperm(n).tolist()``: the whole chain an assignment gets."""
+    while True:
+        parent = src.parent(node)
+        if isinstance(parent, ast.Attribute) or (isinstance(parent, ast.Call) and parent.func is node):
+            node = parent
+            continue
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            node = parent
+            continue
+        return node
+
+
 def unseeded_index_splits(src: Source) -> List[ast.Call]:
     """``indices = torch.randperm(len(ds))`` (no ``generator=``), ``np.random.permutation``,
     ``np.random.shuffle``, ``random.shuffle`` in a function that also builds a ``Subset``
@@ -1068,13 +1106,14 @@ def unseeded_index_splits(src: Source) -> List[ast.Call]:
     rank differs)."""
     if "Subset" not in src.text:
         return []
-    owners = {id(src.function_of(c)) for c in src.calls_to(_SUBSETS)}
+    subsets = src.calls_to(_SUBSETS)
+    owners = {id(src.function_of(c)) for c in subsets}
     if not owners:
         return []
     draws = [
         c for c in src.calls
         if src.qualname(c.func) in _INDEX_DRAWS and id(src.function_of(c)) in owners
-        and keyword(c, "generator") is None
+        and keyword(c, "generator") is None and _reaches_a_subset(src, c, subsets)
     ]
     seeded = set()
     for call in src.calls:

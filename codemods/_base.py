@@ -527,6 +527,8 @@ class Transform(Codemod, cst.CSTTransformer):
             if self._usable_device(scope):
                 if self._bound_before(scope, "device", node):
                     return "device"
+                if isinstance(scope, GlobalScope):
+                    return None  # (a module-level script: the setup's lines go elsewhere)
                 # (set only further down: ours at the top, the same value it gets there)
                 self._need(owner, "local_rank", scope)
                 self._need(owner, "device", scope)
@@ -549,6 +551,11 @@ class Transform(Codemod, cst.CSTTransformer):
             scope = scope.parent
         if scope is None or isinstance(getattr(scope, "node", None), cst.Lambda):
             return "in a lambda, where this process's device cannot be defined: move the code into a function"
+        if self._usable_device(scope) and not self._bound_before(scope, "device", node):
+            return (
+                "the script's `device` is set only further down, at module level: move this line below "
+                "it (or the device line above it) and convert again"
+            )
         values = []  # (line, code), in the file's order
         for assignment in scope.assignments["device"] if "device" in scope else ():
             target = getattr(assignment, "node", None)
@@ -684,7 +691,9 @@ class Transform(Codemod, cst.CSTTransformer):
             node = getattr(assignment, "node", None)
             if isinstance(node, cst.Name):
                 assign = self._assign_of(node)
-                if assign is not None and m.matches(assign.value, P.DEVICE_MOVE) and self._ran_before(assign, at):
+                if assign is not None and m.matches(assign.value, P.DEVICE_MOVE) and (
+                    self._ran_before(assign, at) or self._moved_on_every_branch(assign, expr.value, at)
+                ):
                     return True
         for access in scope.accesses[expr.value]:
             attr = self.parent(access.node)
@@ -694,6 +703,29 @@ class Transform(Codemod, cst.CSTTransformer):
                     if self._ran_before(call, at):
                         return True
         return False
+
+    def _moved_on_every_branch(self, assign: cst.Assign, name: str, at: cst.CSTNode) -> bool:
+        """``if big: model = Big().to(device) else: model = Small().to(device)`` before
+        ``at``: whichever branch ran, the model was moved."""
+        stmt = self.statement_of(assign)
+        branch = self.parent(self.parent(stmt)) if stmt is not None else None
+        if isinstance(branch, cst.Else):
+            branch = self.parent(branch)
+        if not isinstance(branch, cst.If) or not isinstance(branch.orelse, cst.Else):
+            return False
+
+        def moves(block: cst.BaseSuite) -> bool:
+            return any(
+                isinstance(s, cst.SimpleStatementLine)
+                and any(
+                    isinstance(a, cst.Assign) and len(a.targets) == 1
+                    and P.dotted_name(a.targets[0].target) == name and m.matches(a.value, P.DEVICE_MOVE)
+                    for a in s.body
+                )
+                for s in getattr(block, "body", ())
+            )
+
+        return moves(branch.body) and moves(branch.orelse.body) and self._ran_before(branch, at)
 
     def _ran_before(self, earlier: cst.CSTNode, at: cst.CSTNode) -> bool:
         """``earlier`` is on an earlier line, in a block that holds ``at`` too: it

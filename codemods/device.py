@@ -67,6 +67,10 @@ class RankDevice(Transform):
                     value = sub.args[0].value
                     if sub.args[0].keyword is None and isinstance(value, cst.Integer) and value.value != "0":
                         self._mark_multi_gpu(sub)
+                elif m.matches(sub.func, m.Attribute(attr=m.Name("to"))) and sub.args and _other_gpu_of_a_list(
+                    sub.args[0].value
+                ):
+                    self._mark_multi_gpu(sub)  # .to(gpus[1]): model parallelism
             else:
                 value = P.string_value(sub) or ""
                 if value.startswith("cuda:") and value[5:].isdigit() and value[5:] != "0":
@@ -306,6 +310,8 @@ class RankDevice(Transform):
         torch.cuda.is_available() -- off on a GPU machine, they disagree.  Said once."""
         if test is None or self._switch_noted:
             return
+        if isinstance(test, cst.Name):  # use_cuda = torch.cuda.is_available(): an alias
+            test = self.only_value(test) or test
         code = self.module.code_for_node(test)
         if re.fullmatch(r"[\w.]*cuda\.is_available\(\)", code):
             return
@@ -396,8 +402,24 @@ def _commas(args):
 _GPU_INDEX_NAME = re.compile(r"(?i)^gpus?(_?ids?)?$")
 
 
+def _other_gpu_of_a_list(node: cst.BaseExpression) -> bool:
+    """``gpus[1]``: a GPU of a list other than the first."""
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+        return False
+    index = node.slice[0].slice
+    name = P.dotted_name(node.value)
+    return (
+        isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and index.value.value != "0"
+        and bool(name) and bool(_GPU_INDEX_NAME.match(name.rsplit(".", 1)[-1]))
+    )
+
+
 def _gpu_index(node: cst.BaseExpression) -> bool:
     """``net.to(opt.gpu_ids[0])`` (pix2pix's init_net): ``.to()`` of a GPU number."""
+    if isinstance(node, cst.Subscript):  # the first GPU of a list; another one is model parallelism
+        index = node.slice[0].slice if len(node.slice) == 1 else None
+        if not (isinstance(index, cst.Index) and m.matches(index.value, m.Integer("0"))):
+            return False
     base = node.value if isinstance(node, cst.Subscript) else node
     name = P.dotted_name(base)
     return bool(name) and bool(_GPU_INDEX_NAME.match(name.rsplit(".", 1)[-1]))

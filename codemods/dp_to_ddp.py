@@ -564,16 +564,27 @@ class DataParallelToDDP(Transform):
         return updated_node
 
     def _in_a_condition(self, node: cst.If) -> bool:
-        """``node`` is inside another ``if`` (or is an ``elif``) of the same function:
-        the conditional wrap is reported once, at the outermost condition."""
+        """``node`` is inside another ``if`` (or is an ``elif``) of the same function
+        that reports the conditional wrap itself: it is reported once, there.  (An
+        enclosing GPU guard whose own wrap is taken out reports nothing.)"""
         for anc in self.ancestors(node):
             if anc is node:
                 continue
             if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.Module)):
                 return False
-            if isinstance(anc, cst.If) and not P.is_main_guard(anc):
+            if isinstance(anc, cst.If) and not P.is_main_guard(anc) and self._reports_its_wrap(anc):
                 return True
         return False
+
+    def _reports_its_wrap(self, guard: cst.If) -> bool:
+        """leave_If reports ``guard`` (no wrap of its own to take out of it)."""
+        direct = any(
+            isinstance(s, cst.SimpleStatementLine)
+            and any(self.is_call(c, N.DATA_PARALLEL) for c in P.find(s, cst.Call))
+            for s in guard.body.body
+        )
+        elif_ = guard.orelse is not None and not isinstance(guard.orelse, cst.Else)
+        return not direct or not P.is_gpu_guard(self, guard.test) or elif_
 
     def _wraps_here(self, block: cst.CSTNode) -> bool:
         return any(call in self._converted for call in P.find(block, cst.Call))

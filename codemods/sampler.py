@@ -33,6 +33,8 @@ a custom ``sampler=``/``batch_sampler=`` and an ``IterableDataset`` are reported
 
 from __future__ import annotations
 
+import ast
+
 import re
 
 from typing import Dict, List, Optional, Set, Tuple
@@ -95,7 +97,7 @@ class DistributedSamplerTransform(Transform):
             # in-batch-negatives loss sees only this process's share once the
             # program's loaders are sharded
             if self.role.program_loads_data:
-                self._note_in_batch_comparison()
+                self._note_in_batch_comparison(needs_a_loss=True)
             return False
         return True
 
@@ -483,14 +485,24 @@ class DistributedSamplerTransform(Transform):
             )
             return
 
-    def _note_in_batch_comparison(self) -> None:
+    def _note_in_batch_comparison(self, needs_a_loss: bool = False) -> None:
         """InfoNCE/SimCLR/CLIP: each sample's negatives are the rest of the batch,
-        which is now this process's share only.  Said once, where the labels are."""
+        which is now this process's share only.  Said once, where the labels are.
+        ``needs_a_loss``: (a module without loaders) only where the labels go into
+        a loss -- attention's ``q @ k.transpose()`` next to ``torch.arange`` positions
+        is not one."""
         if self._contrast_noted:
             return
         node = A.in_batch_comparison(self.ast_source)
         if node is None:
             return
+        if needs_a_loss:
+            func = self.ast_source.function_of(node) or self.ast_source.tree
+            if not any(
+                isinstance(c, ast.Call) and re.search(r"(?i)cross_entropy|nll_loss|loss", A.last_name(c.func))
+                for c in ast.walk(func)
+            ):
+                return
         self._contrast_noted = True
         stmt = self.statement_at(node.lineno)
         line_node = stmt if stmt is not None else self.module
@@ -538,8 +550,11 @@ class DistributedSamplerTransform(Transform):
             parent = self.parent(node)
             if isinstance(parent, cst.Call) and parent.func is node:  # the loss module, called
                 node, parent = parent, self.parent(parent)
-            return isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Divide) and (
-                parent.left is node
+            return (
+                isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Divide)
+                and parent.left is node
+                # (by the dataset's size: a sum still, only scaled)
+                and "dataset" not in self.module.code_for_node(parent.right)
             )
 
         if divided(call):

@@ -633,6 +633,14 @@ def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
     assert [(f.line, f.code) for f in by_path["models.py"].findings if "in-batch negatives" in f.message] == [
         (17, "DDP103")
     ]
+    # self-attention (q @ k.transpose(), torch.arange positions) is not such a loss
+    attention = {
+        **contrastive,
+        "models.py": files["models.py"] + "\n\ndef attend(q, k):\n    import torch\n\n"
+        "    pos = torch.arange(q.size(1))\n    return (q @ k.transpose(-2, -1)).softmax(-1), pos\n",
+    }
+    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in attention.items()}).files}
+    assert not [f for f in by_path["models.py"].findings if "in-batch negatives" in f.message]
     plain = {**files, "models.py": files["models.py"].replace("nn.BatchNorm1d(8)", "nn.ReLU()")}
     by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in plain.items()}).files}
     assert not [f for f in by_path["train.py"].findings if "BatchNorm" in f.message]

@@ -68,7 +68,8 @@ def test_what_convert_writes_is_never_reported_as_training_unwrapped():
     trains, or reports it): the tutorial's ``ddp_model = DDP(model)``, a wrap chained
     with ``.to()``, an attribute wrapped in a method."""
     assert len(CONVERTED) > 100
-    sources = {str(p): p.read_bytes() for p in CONVERTED}
+    # (not those where a wrap is left for a human: DDP009 is right about them)
+    sources = {str(p): p.read_bytes() for p in CONVERTED if b"# dp2ddp: DDP001" not in p.read_bytes()}
     found = [f"{d.path}:{d.line}: {d.message}" for d in lint_sources(sources).diagnostics if d.code == "DDP009"]
     assert found == []
 
