@@ -67,18 +67,22 @@ class RandomSplit(Transform):
                 "*args/**kwargs hold one (left as written: its arguments, or its lines and comments)",
             )
             return updated_node
-        generator = cst.parse_expression(f"{self.torch()}.Generator().manual_seed(0)")
-        last = updated_node.args[-1]
-        args = [*updated_node.args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
-        args.append(cst.Arg(value=generator, keyword=cst.Name("generator"), equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        )))
         self.changed(
             original_node,
             "random_split draws from a generator of its own with a fixed seed: every process splits "
             "the data alike (unseeded, each rank split it differently, and one trained on what another validates on)",
         )
-        return updated_node.with_changes(args=args)
+        return self._with_generator(updated_node)
+
+    def _with_generator(self, call: cst.Call) -> cst.Call:
+        """``call`` with ``generator=torch.Generator().manual_seed(0)`` added last."""
+        generator = cst.parse_expression(f"{self.torch()}.Generator().manual_seed(0)")
+        last = call.args[-1]
+        args = [*call.args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
+        args.append(cst.Arg(value=generator, keyword=cst.Name("generator"), equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        )))
+        return call.with_changes(args=args)
 
     def _index_draw(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         """``indices = torch.randperm(len(ds))`` for a ``Subset`` split: a generator of its
@@ -95,15 +99,9 @@ class RandomSplit(Transform):
                 "or seed numpy/random alike on every process first",
             )
             return updated
-        generator = cst.parse_expression(f"{self.torch()}.Generator().manual_seed(0)")
-        last = updated.args[-1]
-        args = [*updated.args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
-        args.append(cst.Arg(value=generator, keyword=cst.Name("generator"), equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        )))
         self.changed(
             original,
             "the indices of the Subset split are drawn from a generator of their own with a fixed seed: "
             "every process splits the data alike (unseeded, each rank split it differently)",
         )
-        return updated.with_changes(args=args)
+        return self._with_generator(updated)
