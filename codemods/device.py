@@ -237,7 +237,7 @@ class RankDevice(Transform):
             if not (positional_to or keyword in ("device", "map_location")):
                 continue
             index_of_gpu = positional_to and _gpu_index(orig_arg.value)  # net.to(opt.gpu_ids[0])
-            if not index_of_gpu and (not P.is_cuda_spec(self, orig_arg.value) or P.is_rank_device(self, orig_arg.value)):
+            if not index_of_gpu and (not P.is_device_spec(self, orig_arg.value) or P.is_rank_device(self, orig_arg.value)):
                 continue
             device = self.rank_name(original, "device")
             if device is None:
@@ -247,6 +247,8 @@ class RankDevice(Transform):
             changed = True
             if index_of_gpu:
                 self.explicit_gpu_note(orig_arg.value)
+            elif isinstance(orig_arg.value, cst.IfExp):  # .to("cuda:%d" % gpu if ... else "cpu")
+                self.explicit_gpu_note(orig_arg.value.body)
             self.changed(orig_arg, f"hard-wired GPU -> {device}: this process's device")
         return updated.with_changes(args=new_args) if changed else updated
 
