@@ -532,6 +532,13 @@ def is_pure(node: ast.AST) -> bool:
     return True
 
 
+def calls_of(src: Source, func: ast.AST) -> List[ast.Call]:
+    """The calls of the function ``func`` in this file, by its name (``f(...)``,
+    ``self.f(...)``)."""
+    name: Optional[str] = getattr(func, "name", None)
+    return [c for c in src.calls if name and last_name(c.func) == name]
+
+
 def called_unguarded(src: Source, func: ast.AST, seen: Optional[set] = None) -> bool:
     """Some call of ``func`` in this file runs on every rank.  A function this file
     never calls is an API for callers elsewhere, which decide."""
@@ -540,11 +547,7 @@ def called_unguarded(src: Source, func: ast.AST, seen: Optional[set] = None) -> 
     if name is None or func in seen:
         return False
     seen.add(func)
-    calls = [
-        c for c in src.calls
-        if (isinstance(c.func, ast.Name) and c.func.id == name)
-        or (isinstance(c.func, ast.Attribute) and c.func.attr == name)
-    ]
+    calls = calls_of(src, func)
     if not calls:
         return False  # an API for callers elsewhere: they decide
     for call in calls:
@@ -559,12 +562,7 @@ def called_unguarded(src: Source, func: ast.AST, seen: Optional[set] = None) -> 
 def called_only_on_main(src: Source, func: ast.AST) -> bool:
     """``func`` is called in this file, and only where the main process alone runs
     (``if self.gpu_id == 0: self._save_snapshot(epoch)``)."""
-    name = getattr(func, "name", None)
-    called = any(
-        (isinstance(c.func, ast.Name) and c.func.id == name) or (isinstance(c.func, ast.Attribute) and c.func.attr == name)
-        for c in src.calls
-    )
-    return bool(name) and called and not called_unguarded(src, func)
+    return bool(calls_of(src, func)) and not called_unguarded(src, func)
 
 
 # ------------------------------------------------------------------ DataParallel by name
@@ -1052,7 +1050,7 @@ _SUBSETS = frozenset(
         "torch.utils.data.SubsetRandomSampler", "torch.utils.data.sampler.SubsetRandomSampler",
     }
 )
-_INDEX_DRAWS = {
+INDEX_DRAWS = {
     "torch.randperm": N.TORCH_SEED,
     "numpy.random.permutation": frozenset({"numpy.random.seed"}),
     "numpy.random.shuffle": frozenset({"numpy.random.seed"}),
@@ -1112,7 +1110,7 @@ def unseeded_index_splits(src: Source) -> List[ast.Call]:
         return []
     draws = [
         c for c in src.calls
-        if src.qualname(c.func) in _INDEX_DRAWS and id(src.function_of(c)) in owners
+        if src.qualname(c.func) in INDEX_DRAWS and id(src.function_of(c)) in owners
         and keyword(c, "generator") is None and _reaches_a_subset(src, c, subsets)
     ]
     seeded = set()
@@ -1121,8 +1119,8 @@ def unseeded_index_splits(src: Source) -> List[ast.Call]:
         if any(_RANK_WORD.search(dotted(n) or "") for a in call.args for n in ast.walk(a)):
             continue
         if last_name(call.func) in N.SEED_HELPERS:
-            seeded |= set(_INDEX_DRAWS)
-        seeded |= {draw for draw, seeds in _INDEX_DRAWS.items() if name in seeds}
+            seeded |= set(INDEX_DRAWS)
+        seeded |= {draw for draw, seeds in INDEX_DRAWS.items() if name in seeds}
     return [c for c in draws if src.qualname(c.func) not in seeded]
 
 
@@ -1617,16 +1615,12 @@ def _parameter_changes(stmt: ast.AST, name: str) -> Iterator[Tuple[ast.AST, str]
         return owner == name or owner.startswith(f"{name}.")
 
     for node in _walk_here(stmt):
+        if isinstance(node, ast.Call) and node.args and owned(node.args[0]) and _INIT_FUNCTION.search(last_name(node.func)):
+            # pix2pix's init_net: ``init_weights(net, init_type)`` after the wrap
+            yield node, f"{last_name(node.func)}() re-initialises its weights"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in _CHANGING_METHODS and owned(node.func.value):
                 yield node, _CHANGING_METHODS[node.func.attr]
-        if (
-            isinstance(node, ast.Call)
-            and _INIT_FUNCTION.search(last_name(node.func))
-            and any(owned(arg) for arg in node.args[:1])
-        ):
-            # pix2pix's init_net: ``init_weights(net, init_type)`` after the wrap
-            yield node, f"{last_name(node.func)}() re-initialises its weights"
         elif isinstance(node, ast.Assign):
             # a new layer (a class is called): ``model.module.fc = nn.Linear(8, 3)``,
             # also moved on: ``nn.Linear(8, 3).to(device)``

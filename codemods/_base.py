@@ -582,6 +582,15 @@ class Transform(Codemod, cst.CSTTransformer):
             and not list(scope.assignments[name])
         )
 
+    def free_name(self, base: str, at: cst.CSTNode, taken=(), sep: str = "") -> str:
+        """``base``, or ``base2``, ``base3``... (``sep`` between): the first name that
+        nothing in scope at ``at`` uses, nor ``taken``."""
+        scope = self.get_metadata(ScopeProvider, at, None)
+        name, counter = base, 2
+        while scope is not None and (name in scope or name in taken):
+            name, counter = f"{base}{sep}{counter}", counter + 1
+        return name
+
     def _bound_before(self, scope, name: str, node: cst.CSTNode) -> bool:
         """``name`` has a value where ``node`` is: a parameter, a binding of an
         outer scope, or one of this scope on an earlier line."""
@@ -817,7 +826,7 @@ class Transform(Codemod, cst.CSTTransformer):
         it, a file that builds BatchNorm layers gets a note at its first wrap."""
         if not self.settings.sync_bn:
             if not getattr(self, "_batchnorm_noted", False) and (
-                _BATCHNORM.search(self.module.code) or self.role.program_batchnorm
+                BATCHNORM_LAYER.search(self.module.code) or self.role.program_batchnorm
             ):
                 self._batchnorm_noted = True
                 self.note(
@@ -1101,8 +1110,6 @@ def _binds_torch(stmt: cst.CSTNode) -> bool:
         P.dotted_name(alias.name).split(".")[0] == "torch" for alias in stmt.body[0].names
     )
 
-
-_BATCHNORM = BATCHNORM_LAYER
 
 SYNC_BATCHNORM = '''
 def {name}(model):

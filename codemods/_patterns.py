@@ -132,6 +132,15 @@ def is_rank_device(t: "Transform", node: cst.CSTNode) -> bool:
     )
 
 
+#: the ``=`` of a keyword argument as black writes it (no spaces)
+TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """``name=value``, written as black writes a keyword argument."""
+    return cst.Arg(keyword=cst.Name(name), value=value, equal=TIGHT_EQUAL)
+
+
 def dotted_name(node: cst.CSTNode) -> str:
     """``a.b.c`` for a Name/Attribute chain, '' otherwise."""
     if isinstance(node, cst.Name):

@@ -404,24 +404,30 @@ def _commas(args):
 _GPU_INDEX_NAME = re.compile(r"(?i)^gpus?(_?ids?)?$")
 
 
+def _gpu_list_index(node: cst.BaseExpression) -> Optional[str]:
+    """The index of ``gpus[1]``, ``opt.gpu_ids[0]`` (a literal one, into a list named
+    as GPUs); None for anything else."""
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+        return None
+    index = node.slice[0].slice
+    if not (isinstance(index, cst.Index) and isinstance(index.value, cst.Integer)):
+        return None
+    return index.value.value if _gpu_name(node.value) else None
+
+
+def _gpu_name(node: cst.BaseExpression) -> bool:
+    name = P.dotted_name(node)
+    return bool(name) and bool(_GPU_INDEX_NAME.match(name.rsplit(".", 1)[-1]))
+
+
 def _other_gpu_of_a_list(node: cst.BaseExpression) -> bool:
     """``gpus[1]``: a GPU of a list other than the first."""
-    if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
-        return False
-    index = node.slice[0].slice
-    name = P.dotted_name(node.value)
-    return (
-        isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and index.value.value != "0"
-        and bool(name) and bool(_GPU_INDEX_NAME.match(name.rsplit(".", 1)[-1]))
-    )
+    return _gpu_list_index(node) not in (None, "0")
 
 
 def _gpu_index(node: cst.BaseExpression) -> bool:
-    """``net.to(opt.gpu_ids[0])`` (pix2pix's init_net): ``.to()`` of a GPU number."""
-    if isinstance(node, cst.Subscript):  # the first GPU of a list; another one is model parallelism
-        index = node.slice[0].slice if len(node.slice) == 1 else None
-        if not (isinstance(index, cst.Index) and m.matches(index.value, m.Integer("0"))):
-            return False
-    base = node.value if isinstance(node, cst.Subscript) else node
-    name = P.dotted_name(base)
-    return bool(name) and bool(_GPU_INDEX_NAME.match(name.rsplit(".", 1)[-1]))
+    """``net.to(opt.gpu_ids[0])`` (pix2pix's init_net), ``.to(self.gpu_id)``: ``.to()``
+    of a GPU number (the first of a list; another one is model parallelism)."""
+    if isinstance(node, cst.Subscript):
+        return _gpu_list_index(node) == "0"
+    return _gpu_name(node)

@@ -208,7 +208,7 @@ class DataParallelToDDP(Transform):
             if keyword == "module":
                 module_arg = arg.value
             elif keyword == "dim":  # (device_ids, output_device: the GPU list of the single DP process)
-                keep.append(arg if arg.keyword else _as_keyword(arg, "dim"))
+                keep.append(arg if arg.keyword else arg.with_changes(keyword=cst.Name("dim"), equal=P.TIGHT_EQUAL))
         if module_arg is None:
             self.manual(original, "DataParallel call without a module")
             return updated
@@ -610,13 +610,6 @@ _DATA_PARALLEL_ONLY = frozenset({"patch_replication_callback"})  # (DataParallel
 
 #: DataParallel's parameters, in order
 _PARAMETERS = ("module", "device_ids", "output_device", "dim")
-
-
-def _as_keyword(arg: cst.Arg, name: str) -> cst.Arg:
-    return arg.with_changes(
-        keyword=cst.Name(name),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-    )
 
 
 def _with_comments(call: cst.Call, old: cst.Call, kinds) -> cst.Call:

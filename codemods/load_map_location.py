@@ -20,6 +20,7 @@ import re
 import libcst as cst
 
 from . import _names as N
+from . import _patterns as P
 from ._base import FileRole, Transform
 
 
@@ -49,11 +50,7 @@ class LoadMapLocation(Transform):
             return updated_node
         self.changed(original_node, f"torch.load(..., map_location={device}): onto this process's device")
         args = list(updated_node.args)
-        new = cst.Arg(
-            keyword=cst.Name("map_location"),
-            value=cst.Name(device),
-            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-        )
+        new = P.keyword_arg("map_location", cst.Name(device))
         last = args[-1]
         new = new.with_changes(comma=last.comma)
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))

@@ -195,11 +195,7 @@ class OutputOnMainProcess(MainProcessGuard):
         ) and self._region_ok(original_node):
             self.changed(original_node, "progress bar on the main process only")
             test = self.other_process_test()
-            arg = cst.Arg(
-                keyword=cst.Name("disable"),
-                value=test,
-                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-            )
+            arg = P.keyword_arg("disable", test)
             args = list(updated_node.args)
             if args:
                 last = args[-1]

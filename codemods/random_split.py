@@ -28,11 +28,8 @@ from typing import Set
 import libcst as cst
 
 from . import _analysis as A
+from . import _patterns as P
 from ._base import FileRole, Transform
-
-
-#: the draws of a split's indices (``_analysis.unseeded_index_splits``)
-_DRAWS = frozenset({"torch.randperm", "numpy.random.permutation", "numpy.random.shuffle", "random.shuffle"})
 
 
 class RandomSplit(Transform):
@@ -53,7 +50,7 @@ class RandomSplit(Transform):
         return bool(self._lines or self._draws)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if self.position(original_node) in self._draws and self.qnames(original_node.func) & _DRAWS:
+        if self.position(original_node) in self._draws and self.qnames(original_node.func) & A.INDEX_DRAWS.keys():
             return self._index_draw(original_node, updated_node)  # (not the .tolist() around it)
         if self.position(original_node) not in self._lines:
             return updated_node
@@ -79,9 +76,7 @@ class RandomSplit(Transform):
         generator = cst.parse_expression(f"{self.torch()}.Generator().manual_seed(0)")
         last = call.args[-1]
         args = [*call.args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
-        args.append(cst.Arg(value=generator, keyword=cst.Name("generator"), equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        )))
+        args.append(P.keyword_arg("generator", generator))
         return call.with_changes(args=args)
 
     def _index_draw(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:

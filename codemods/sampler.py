@@ -612,12 +612,7 @@ class DistributedSamplerTransform(Transform):
         base = target.replace("loader", "dataset") if "loader" in target else "train_dataset"
         if base == target or not base.isidentifier():
             base = "train_dataset"
-        scope = self.get_metadata(ScopeProvider, call, None)
-        name = base
-        counter = 2
-        while scope is not None and name in scope:
-            name = f"{base}{counter}"
-            counter += 1
+        name = self.free_name(base, call)
         assign = cst.SimpleStatementLine(
             body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=dataset)]
         )
@@ -777,15 +772,21 @@ _SHAPE_METHODS = frozenset({"view", "reshape", "expand", "new_full", "new_zeros"
 
 
 def _iterated(node: cst.BaseExpression):
-    """The loaders a ``for`` iterates: ``loader``, ``enumerate(loader)``, ``tqdm(loader)``."""
+    """The loaders a ``for`` iterates by name: ``loader``, ``enumerate(loader)``, ``tqdm(loader)``."""
+    return (x for x in _inside_wrappers(node) if isinstance(x, (cst.Name, cst.Attribute)))
+
+
+def _inside_wrappers(node: cst.BaseExpression):
+    """What a ``for`` iterates once ``enumerate``/``tqdm``/``zip``... are taken off:
+    ``loader``, ``DataLoader(...)`` of ``enumerate(DataLoader(...))``."""
     if isinstance(node, cst.Call):
         name = P.dotted_name(node.func).rsplit(".", 1)[-1]
         if name in _ITER_WRAPPERS:
             for arg in node.args[: (len(node.args) if name == "zip" else 1)]:
                 if arg.keyword is None or arg.keyword.value == "iterable":  # tqdm(iterable=loader)
-                    yield from _iterated(arg.value)
-    elif isinstance(node, (cst.Name, cst.Attribute)):
-        yield node
+                    yield from _inside_wrappers(arg.value)
+            return
+    yield node
 
 
 def _calls_backward(node: cst.CSTNode) -> bool:
@@ -793,14 +794,7 @@ def _calls_backward(node: cst.CSTNode) -> bool:
 
 
 def _kwarg(name: str, code: str, like: cst.Arg) -> cst.Arg:
-    return cst.Arg(
-        keyword=cst.Name(name),
-        value=cst.parse_expression(code),
-        equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        ),
-        comma=like.comma,
-    )
+    return P.keyword_arg(name, cst.parse_expression(code)).with_changes(comma=like.comma)
 
 
 def _append(args: List[cst.Arg], new: cst.Arg) -> List[cst.Arg]:

@@ -200,10 +200,7 @@ class SaveOnMainProcess(MainProcessGuard):
         func = self.ast_source.function_of(stmt)
         elsewhere = False
         if func is not None and not A.called_unguarded(self.ast_source, func):
-            called_here = any(
-                A.last_name(c.func) == getattr(func, "name", None) for c in self.ast_source.calls
-            )
-            if called_here or self.role.is_entry or not self.role.in_program:
+            if A.calls_of(self.ast_source, func) or self.role.is_entry or not self.role.in_program:
                 return  # (called on the main process only here; or a helper nothing runs)
             elsewhere = True  # a module's helper (save_opts in options.py): its callers are in other files
         if any(isinstance(i.item, cst.Call) and self._per_rank_path(i.item) for i in node.items):

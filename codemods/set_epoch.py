@@ -36,7 +36,7 @@ from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform, _is_docstring
 from .sampler import _ITER_WRAPPERS as _WRAPPERS
-from .sampler import _arg, _calls_backward, _iterated
+from .sampler import _arg, _calls_backward, _inside_wrappers, _iterated
 
 _COLLECTIONS = (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _EPOCH = re.compile(r"(?i)^(epoch|ep|e|epoch_?(idx|id|num|i|no)|cur_?epoch|current_?epoch|i_?epoch)$")
@@ -92,8 +92,8 @@ class SetEpoch(Transform):
         self._report_all_rank_local_stops()
 
     def visit_For(self, node: cst.For) -> None:
-        for call in _calls_iterated(node.iter):
-            if self.is_call(call, N.DATA_LOADER):
+        for call in _inside_wrappers(node.iter):
+            if isinstance(call, cst.Call) and self.is_call(call, N.DATA_LOADER):
                 self._loader_in_the_header(node, call)
         for loader in [x for it in _iterated(node.iter) for x in self._through_wrappers(it, node)]:
             name = P.dotted_name(loader)
@@ -162,7 +162,8 @@ class SetEpoch(Transform):
             )
             return
         assert isinstance(epoch_loop.target, cst.Name)
-        name = self._free_name("train_sampler", batch_loop)
+        name = self.free_name("train_sampler", batch_loop, taken=self._hoisted_names, sep="_")
+        self._hoisted_names.add(name)
         self._hoisted[sampler] = cst.Name(name)
         self.insert_before(
             batch_loop,
@@ -177,14 +178,6 @@ class SetEpoch(Transform):
             f"{name}.set_epoch({epoch_loop.target.value}): built in the loop header, it would "
             "shuffle every epoch the same way",
         )
-
-    def _free_name(self, base: str, at: cst.CSTNode) -> str:
-        scope = self.get_metadata(ScopeProvider, at, None)
-        name, n = base, 2
-        while scope is not None and (name in scope or name in self._hoisted_names):
-            name, n = f"{base}_{n}", n + 1
-        self._hoisted_names.add(name)
-        return name
 
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
         if original_node.value in self._hoisted:
@@ -469,18 +462,6 @@ class SetEpoch(Transform):
                 at += 1
             result = result.with_changes(body=body.with_changes(body=[*items[:at], *stmts, *items[at:]]))
         return result
-
-
-def _calls_iterated(node: cst.BaseExpression):
-    """The calls a ``for`` iterates: ``DataLoader(...)``, ``enumerate(DataLoader(...))``."""
-    if isinstance(node, cst.Call):
-        name = P.dotted_name(node.func).rsplit(".", 1)[-1]
-        if name not in _WRAPPERS:
-            yield node
-            return
-        for arg in node.args[: (len(node.args) if name == "zip" else 1)]:
-            if arg.keyword is None or arg.keyword.value == "iterable":
-                yield from _calls_iterated(arg.value)
 
 
 def _epoch_param(func: cst.FunctionDef) -> Optional[str]:
