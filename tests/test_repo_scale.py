@@ -601,11 +601,16 @@ def test_check_with_emit_launch_is_a_usage_error(tmp_path):
     assert result.exit_code == 2 and not (tmp_path / "launch").exists()
 
 
+def _converted(files):
+    """Each of ``files`` (path -> text), converted as one program, by path."""
+    from dp2ddp.engine import convert_sources
+
+    return {f.path: f for f in convert_sources({k: v.encode() for k, v in files.items()}).files}
+
+
 def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
     """The model (with BatchNorm) in models.py, the wrap in train.py: the note that
     BatchNorm now normalises per process is given where the wrap is, as in one file."""
-    from dp2ddp.engine import convert_sources
-
     files = {
         "models.py": "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n"
         "        super().__init__()\n        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8))\n\n"
@@ -615,7 +620,7 @@ def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
         "    net(torch.randn(8, 4)).sum().backward()\n    opt.step()\n\n\n"
         "if __name__ == '__main__':\n    main()\n",
     }
-    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in files.items()}).files}
+    by_path = _converted(files)
     notes = [(f.line, f.code) for f in by_path["train.py"].findings if "BatchNorm layers now" in f.message]
     assert notes == [(8, "DDP001")]
     # an in-batch-negatives loss of models.py is noted there: the loaders of train.py are sharded
@@ -629,7 +634,7 @@ def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
             "    net = nn.DataParallel(Net())\n",
         ),
     }
-    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in contrastive.items()}).files}
+    by_path = _converted(contrastive)
     assert [(f.line, f.code) for f in by_path["models.py"].findings if "in-batch negatives" in f.message] == [
         (17, "DDP103")
     ]
@@ -639,10 +644,10 @@ def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
         "models.py": files["models.py"] + "\n\ndef attend(q, k):\n    import torch\n\n"
         "    pos = torch.arange(q.size(1))\n    return (q @ k.transpose(-2, -1)).softmax(-1), pos\n",
     }
-    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in attention.items()}).files}
+    by_path = _converted(attention)
     assert not [f for f in by_path["models.py"].findings if "in-batch negatives" in f.message]
     plain = {**files, "models.py": files["models.py"].replace("nn.BatchNorm1d(8)", "nn.ReLU()")}
-    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in plain.items()}).files}
+    by_path = _converted(plain)
     assert not [f for f in by_path["train.py"].findings if "BatchNorm" in f.message]
 
 
@@ -650,8 +655,6 @@ def test_the_prefix_note_of_a_guarded_wrap_sees_the_checkpoints_of_other_modules
     """pix2pix: init_net wraps only with GPUs; base_model.py saves the state_dict. The
     converted program always wraps, so the note on the 'module.' prefix of old
     checkpoints is due although the wrapping file never names state_dict."""
-    from dp2ddp.engine import convert_sources
-
     files = {
         "networks.py": "import torch\nimport torch.nn as nn\n\n\ndef init_net(net):\n"
         "    if torch.cuda.device_count() > 1:\n        net = nn.DataParallel(net)\n    return net\n",
@@ -660,10 +663,10 @@ def test_the_prefix_note_of_a_guarded_wrap_sees_the_checkpoints_of_other_modules
         "    net(torch.randn(8, 4)).sum().backward()\n    opt.step()\n    torch.save(net.state_dict(), 'net.pth')\n\n\n"
         "if __name__ == '__main__':\n    main()\n",
     }
-    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in files.items()}).files}
+    by_path = _converted(files)
     assert [f.line for f in by_path["networks.py"].findings if "'module.' prefix" in f.message] == [6]
     without = {**files, "train.py": files["train.py"].replace("    torch.save(net.state_dict(), 'net.pth')\n", "")}
-    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in without.items()}).files}
+    by_path = _converted(without)
     assert not [f for f in by_path["networks.py"].findings if "'module.' prefix" in f.message]
 
 
@@ -671,8 +674,6 @@ def test_a_file_kept_open_by_a_helper_of_another_module_is_reported_there():
     """pix2pix's options.py: ``save_opts`` writes opt.txt line by line, and train.py
     calls it on every rank. Lint, one file at a time, cannot tell; convert, which sees
     the program, reports it in the module (a one-shot write there is guarded)."""
-    from dp2ddp.engine import convert_sources
-
     files = {
         "opts.py": "import torch\n\n\ndef save_opts(opt, path):\n    with open(path, 'wt') as f:\n"
         "        for k, v in sorted(opt.items()):\n            f.write(f'{k}: {v}\\n')\n",
@@ -681,7 +682,7 @@ def test_a_file_kept_open_by_a_helper_of_another_module_is_reported_there():
         "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n    net(torch.randn(8, 4)).sum().backward()\n"
         "    opt.step()\n\n\nif __name__ == '__main__':\n    main()\n",
     }
-    by_path = {f.path: f for f in convert_sources({k: v.encode() for k, v in files.items()}).files}
+    by_path = _converted(files)
     spots = [(f.line, f.code) for f in by_path["opts.py"].findings if f.kind == "manual"]
     assert spots == [(5, "DDP302")]
     assert "unless the modules that call this function" in by_path["opts.py"].findings[0].message
