@@ -601,8 +601,9 @@ def test_check_with_emit_launch_is_a_usage_error(tmp_path):
     assert result.exit_code == 2 and not (tmp_path / "launch").exists()
 
 
-def _converted(files):
-    """Each of ``files`` (path -> text), converted as one program, by path."""
+def _converted_texts(files):
+    """Each of ``files`` (path -> text), converted as one program, by path (the
+    file results themselves; ``_converted`` above gives comparable tuples)."""
     from dp2ddp.engine import convert_sources
 
     return {f.path: f for f in convert_sources({k: v.encode() for k, v in files.items()}).files}
@@ -620,7 +621,7 @@ def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
         "    net(torch.randn(8, 4)).sum().backward()\n    opt.step()\n\n\n"
         "if __name__ == '__main__':\n    main()\n",
     }
-    by_path = _converted(files)
+    by_path = _converted_texts(files)
     notes = [(f.line, f.code) for f in by_path["train.py"].findings if "BatchNorm layers now" in f.message]
     assert notes == [(8, "DDP001")]
     # an in-batch-negatives loss of models.py is noted there: the loaders of train.py are sharded
@@ -634,7 +635,7 @@ def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
             "    net = nn.DataParallel(Net())\n",
         ),
     }
-    by_path = _converted(contrastive)
+    by_path = _converted_texts(contrastive)
     assert [(f.line, f.code) for f in by_path["models.py"].findings if "in-batch negatives" in f.message] == [
         (17, "DDP103")
     ]
@@ -644,10 +645,10 @@ def test_a_batchnorm_model_of_another_module_gets_the_note_at_the_wrap():
         "models.py": files["models.py"] + "\n\ndef attend(q, k):\n    import torch\n\n"
         "    pos = torch.arange(q.size(1))\n    return (q @ k.transpose(-2, -1)).softmax(-1), pos\n",
     }
-    by_path = _converted(attention)
+    by_path = _converted_texts(attention)
     assert not [f for f in by_path["models.py"].findings if "in-batch negatives" in f.message]
     plain = {**files, "models.py": files["models.py"].replace("nn.BatchNorm1d(8)", "nn.ReLU()")}
-    by_path = _converted(plain)
+    by_path = _converted_texts(plain)
     assert not [f for f in by_path["train.py"].findings if "BatchNorm" in f.message]
 
 
@@ -663,10 +664,10 @@ def test_the_prefix_note_of_a_guarded_wrap_sees_the_checkpoints_of_other_modules
         "    net(torch.randn(8, 4)).sum().backward()\n    opt.step()\n    torch.save(net.state_dict(), 'net.pth')\n\n\n"
         "if __name__ == '__main__':\n    main()\n",
     }
-    by_path = _converted(files)
+    by_path = _converted_texts(files)
     assert [f.line for f in by_path["networks.py"].findings if "'module.' prefix" in f.message] == [6]
     without = {**files, "train.py": files["train.py"].replace("    torch.save(net.state_dict(), 'net.pth')\n", "")}
-    by_path = _converted(without)
+    by_path = _converted_texts(without)
     assert not [f for f in by_path["networks.py"].findings if "'module.' prefix" in f.message]
 
 
@@ -682,7 +683,7 @@ def test_a_file_kept_open_by_a_helper_of_another_module_is_reported_there():
         "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n    net(torch.randn(8, 4)).sum().backward()\n"
         "    opt.step()\n\n\nif __name__ == '__main__':\n    main()\n",
     }
-    by_path = _converted(files)
+    by_path = _converted_texts(files)
     spots = [(f.line, f.code) for f in by_path["opts.py"].findings if f.kind == "manual"]
     assert spots == [(5, "DDP302")]
     assert "unless the modules that call this function" in by_path["opts.py"].findings[0].message
