@@ -41,10 +41,8 @@ from libcst.metadata import (
 
 from . import _names as N
 from . import _patterns as P
-from ._model import SPELLED_MARKS, FileRole, Finding, Settings  # noqa: F401 (the transforms' vocabulary)
+from ._model import MARKER, SPELLED_MARKS, FileRole, Finding, Settings  # noqa: F401 (the transforms' vocabulary)
 from ._facts import BATCHNORM_LAYER
-
-MARKER = "# dp2ddp:"
 
 
 Stmt = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]

@@ -13,6 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Dict
 
+#: the comment that marks a spot left for a human in the converted code
+MARKER = "# dp2ddp:"
+
 #: the comment that marks a one-line form spelled out for the transforms
 #: (``_oneliners``): in the code they see, never in an output
 SPELLED_MARK = "# dp2ddp-spelled:"

@@ -100,7 +100,7 @@ class DataParallelToDDP(Transform):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.is_call(original_node, N.DATA_PARALLEL):
             left = sum(f.kind == "manual" for f in self.findings)
-            result = self._convert(original_node, updated_node)
+            result = _parenthesized_as(updated_node, self._convert(original_node, updated_node))
             if (
                 original_node not in self._converted
                 and original_node not in self._frozen_left
@@ -123,7 +123,7 @@ class DataParallelToDDP(Transform):
         ):
             # DataParallel(model).cuda(): the wrapped module is moved already
             assert isinstance(updated_node.func, cst.Attribute)
-            return updated_node.func.value
+            return _parenthesized_as(updated_node, updated_node.func.value)
         if self.is_call(original_node, N.DATA_PARALLEL_FUNCTION):
             self.manual(
                 original_node,
@@ -698,6 +698,14 @@ def _line_break(comment: Optional[str], lines: list, indent: str) -> cst.Parenth
         indent=True,
         last_line=cst.SimpleWhitespace(indent),
     )
+
+
+def _parenthesized_as(old: cst.BaseExpression, new: cst.BaseExpression) -> cst.BaseExpression:
+    """``new`` in the parentheses that stood around ``old`` (``model = (  # comment``
+    around a wrap), where it has none of its own: the comments in them stay."""
+    if new is old or not old.lpar or new.lpar:
+        return new
+    return new.with_changes(lpar=old.lpar, rpar=old.rpar)
 
 
 def _unmoved(node: cst.BaseExpression) -> cst.BaseExpression:

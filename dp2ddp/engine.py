@@ -28,6 +28,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dp2ddp.codemods import _names as N
 from dp2ddp.codemods._model import (
+    MARKER,
     SPELLED_MARKS,
     FileRole,
     Finding,
@@ -442,13 +443,57 @@ def _convert_one(job) -> tuple:
             return path, data, findings, None, False, True
         if module.bytes != data:
             return path, None, findings, _not_round_tripped(path, data, module.bytes), False, True
-        return path, _finish(expanded, new_module, spelled), findings, None, False, True
+        output = _finish(expanded, new_module, spelled)
+        return path, output, findings + _lost_comments(path, data, output, findings), None, False, True
     except InternalError as exc:
         return path, None, [], str(exc), True, False
     except RecursionError:
         return path, None, [], f"{path}:1:1: too deeply nested to convert; left unchanged", False, False
     except Exception as exc:  # pragma: no cover - defensive
         return path, None, [], f"{path}: internal error: {exc!r}\n{traceback.format_exc()}", True, False
+
+
+def _comments(data: bytes) -> List[Tuple[str, int, int]]:
+    """(text, line, column) of every comment of a file, from its tokens."""
+    import io
+    import tokenize
+
+    try:
+        return [
+            (t.string.rstrip(), t.start[0], t.start[1] + 1)
+            for t in tokenize.tokenize(io.BytesIO(data).readline)
+            if t.type == tokenize.COMMENT
+        ]
+    except (tokenize.TokenError, SyntaxError, UnicodeDecodeError, LookupError):
+        return []
+
+
+def _lost_comments(path: str, data: bytes, output: bytes, findings: Sequence[Finding]) -> List[Finding]:
+    """A note for each comment of the file that is not in the converted file (it
+    was on code a transform replaced or dropped -- a removed GPU guard, a folded
+    ``.cuda(  # ...``): nothing goes missing unsaid.  Reported by the change
+    nearest to it; dp2ddp's own markers of an earlier run are not the user's."""
+    from collections import Counter
+
+    kept = Counter(text for text, _, _ in _comments(output))
+    changes = [f for f in findings if f.kind == "change"]
+    lost = []
+    for text, line, column in _comments(data):
+        if kept[text] > 0:
+            kept[text] -= 1
+            continue
+        if text.startswith(MARKER) or not changes:
+            continue
+        near = min(changes, key=lambda f: abs(f.line - line))
+        lost.append(
+            Finding(
+                near.code, "note", line, column,
+                f"the comment {text[:60] + ('...' if len(text) > 60 else '')!r} was on code that "
+                "was rewritten here and is not in the result: put it back by hand if it still applies",
+                near.transform, path,
+            )
+        )
+    return lost
 
 
 def _finish(expanded: cst.Module, new_module: cst.Module, spelled) -> bytes:
