@@ -15,7 +15,9 @@ class HardCodedRendezvous(Rule):
     """
     ## What it does
     Reports `MASTER_ADDR` / `MASTER_PORT` written into `os.environ` by the script
-    (`os.environ["MASTER_PORT"] = "29500"`, `os.environ.setdefault(...)`).
+    (`os.environ["MASTER_PORT"] = "29500"`, `os.putenv(...)`). A default that the
+    environment overrides (`os.environ.setdefault(...)`, the usual set-up of an
+    `mp.spawn` script) is not reported: a launcher's or the user's value wins.
 
     ## Why is this bad?
     The rendezvous address belongs to the launcher: `torchrun --standalone` picks
@@ -54,6 +56,6 @@ class HardCodedRendezvous(Rule):
                         and target.slice.value in _KEYS
                     ):
                         yield self.diagnostic(src, node)
-            elif isinstance(node, ast.Call) and src.qualname(node.func) in ("os.environ.setdefault", "os.putenv"):
+            elif isinstance(node, ast.Call) and src.qualname(node.func) == "os.putenv":
                 if node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in _KEYS:
                     yield self.diagnostic(src, node)
