@@ -280,6 +280,33 @@ def argument(call: ast.Call, position: int, name: str) -> Optional[ast.AST]:
     return positional[position] if position < len(positional) else None
 
 
+def unpacked_keyword(src: "Source", call: ast.Call, name: str) -> Optional[ast.AST]:
+    """The value a ``**`` argument of ``call`` gives ``name``: a dict literal
+    (``**{"shuffle": True}``), ``dict(shuffle=True)``, or a name bound once, in the
+    call's function, to one of those (``kwargs = {...}; f(**kwargs)``)."""
+    for kw in call.keywords:
+        if kw.arg is not None:
+            continue
+        value = kw.value
+        if isinstance(value, ast.Name):
+            values = bound_values(src, value.id, src.function_of(call))
+            value = values[0] if len(values) == 1 else None
+        if isinstance(value, ast.Dict):
+            for key, item in zip(value.keys, value.values):
+                if isinstance(key, ast.Constant) and key.value == name:
+                    return item
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict":
+            found = keyword(value, name)
+            if found is not None:
+                return found
+    return None
+
+
+def is_none(node: Optional[ast.AST]) -> bool:
+    """A literal ``None`` (``sampler=None``: the argument's default, as if not given)."""
+    return isinstance(node, ast.Constant) and node.value is None
+
+
 def is_true(node: Optional[ast.AST]) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 

@@ -302,8 +302,8 @@ class DistributedSamplerTransform(Transform):
         plain = named or self._plain_sampler(original)
         for keyword in ("sampler", "batch_sampler"):
             value = _arg(original, 3 if keyword == "sampler" else 4, keyword)
-            if value is None or keyword == "sampler" and plain is not None:
-                continue
+            if value is None or _is_none(value) or keyword == "sampler" and plain is not None:
+                continue  # (``sampler=None``: DataLoader's default, dropped below)
             if self.is_call(value, N.DISTRIBUTED_SAMPLER):
                 return updated  # converted already
             self.manual(original, self._custom_sampler_message(keyword, value))
@@ -368,6 +368,10 @@ class DistributedSamplerTransform(Transform):
         for index, (orig_arg, arg) in enumerate(zip(original.args, updated.args)):
             keyword = orig_arg.keyword.value if orig_arg.keyword is not None else None
             positional = keyword is None and not orig_arg.star
+            if keyword in ("sampler", "batch_sampler") and _is_none(orig_arg.value):
+                if index == len(original.args) - 1 and new_args:  # (the separator style stays)
+                    new_args[-1] = new_args[-1].with_changes(comma=arg.comma)
+                continue
             if hoisted is not None and (keyword == "dataset" or (positional and index == 0)):
                 new_args.append(arg.with_changes(value=cst.Name(hoisted)))
                 continue
@@ -791,6 +795,10 @@ def _inside_wrappers(node: cst.BaseExpression):
 
 def _calls_backward(node: cst.CSTNode) -> bool:
     return P.calls_method(node, "backward")
+
+
+def _is_none(node: Optional[cst.BaseExpression]) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
 
 
 def _kwarg(name: str, code: str, like: cst.Arg) -> cst.Arg:

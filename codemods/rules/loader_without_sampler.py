@@ -7,7 +7,7 @@ from typing import Iterator
 
 from .. import _names as N
 from .._analysis import (
-    Source, argument, assigned_name, bound_values, calls_method, classify_loader, dotted, iterable_dataset, iterated,
+    Source, argument, assigned_name, bound_values, calls_method, classify_loader, dotted, is_none, iterable_dataset, iterated,
     uses_distributed,
 )
 from ._base import Diagnostic, Rule
@@ -62,7 +62,10 @@ class LoaderWithoutDistributedSampler(Rule):
         for call in src.calls:
             if src.qualname(call.func) not in N.DATA_LOADER:
                 continue
-            sampler, batch_sampler = argument(call, 3, "sampler"), argument(call, 4, "batch_sampler")
+            # (an explicit ``sampler=None`` is DataLoader's default: no sampler)
+            sampler, batch_sampler = (
+                None if is_none(a) else a for a in (argument(call, 3, "sampler"), argument(call, 4, "batch_sampler"))
+            )
             if sampler is not None or batch_sampler is not None:
                 whole = _whole_dataset_sampler(src, sampler if sampler is not None else batch_sampler, call)
                 kind = classify_loader(src, call)

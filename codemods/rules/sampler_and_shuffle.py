@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .. import _names as N
-from .._analysis import Source, argument, is_true
+from .._analysis import Source, argument, is_none, is_true, unpacked_keyword
 from ._base import Diagnostic, Rule
 
 
@@ -44,7 +44,10 @@ class SamplerAndShuffle(Rule):
             if src.qualname(call.func) not in N.DATA_LOADER:
                 continue
             sampler = argument(call, 3, "sampler")
-            if sampler is None or getattr(sampler, "value", 0) is None:
+            if sampler is None:
+                sampler = unpacked_keyword(src, call, "sampler")
+            if sampler is None or is_none(sampler):
                 continue
-            if is_true(argument(call, 2, "shuffle")):
+            shuffle = argument(call, 2, "shuffle")
+            if is_true(shuffle if shuffle is not None else unpacked_keyword(src, call, "shuffle")):
                 yield self.diagnostic(src, call)
