@@ -1447,20 +1447,58 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
     training (``.half()`` to export) are not reported."""
     found: List[Tuple[ast.stmt, int, str, str]] = []
     trainers = _training_functions(src)
+
+    def trains(node: ast.AST) -> bool:  # (here, or in train_one_epoch(model, ...))
+        return calls_method(node, "backward") or any(
+            isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in trainers
+            for call in _walk_here(node)
+        )
+
     for assign, name, later_statements in _wrapped_models(src, wrappers):
         reported: Set[ast.AST] = set()
-        for later in later_statements:
-            if calls_method(later, "backward") or any(
-                isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in trainers
-                for call in _walk_here(later)
-            ):
-                break  # training has started (here, or in train_one_epoch(model, ...))
+        later_statements = list(later_statements)
+        for index, later in enumerate(later_statements):
+            if trains(later):
+                # training has started: from here on only a switch of requires_grad
+                # that more training follows (gradual unfreezing) is reported
+                found += _grad_switches_in_training(src, later_statements[index:], name, assign.lineno, trains)
+                break
             for node, what in _parameter_changes(later, name):
                 stmt = _statement_of(src, node)
                 if stmt not in reported:
                     reported.add(stmt)
                     found.append((stmt, assign.lineno, name, what))
     return found
+
+
+#: what to do about a ``requires_grad`` switch while training (DDP202, lint and convert)
+UNFREEZE_ADVICE = (
+    "DDP averages only the parameters that required a gradient when it was built, so ones "
+    "unfrozen later train apart on each rank (silently), and ones frozen later stop the next "
+    "backward; wrap the model again after the switch (model = DDP(model.module, ...)), or keep "
+    "them trainable from the start and out of the optimizer until then"
+)
+
+
+def _grad_switches_in_training(src: Source, statements, name: str, wrap_line: int, trains) -> list:
+    """``requires_grad`` switched on the wrapped model while it trains (unfreezing
+    a backbone at epoch N): in a loop that also trains, or before a later
+    statement that trains.  DDP averages only the parameters that required a
+    gradient when it was built: ones unfrozen later drift apart per rank, silently."""
+    found = []
+    for index, stmt in enumerate(statements):
+        more_training = any(trains(s) for s in statements[index + 1:])
+        loops = [n for n in _walk_here(stmt) if isinstance(n, (ast.For, ast.While)) and trains(n)]
+        for node, what in _parameter_changes(stmt, name):
+            if what not in ("requires_grad set", ".requires_grad_()"):
+                continue
+            if more_training or any(_inside(node, loop) for loop in loops):
+                found.append((_statement_of(src, node), wrap_line, name, f"{what} during training"))
+    return found
+
+
+def _inside(node: ast.AST, outer: ast.AST) -> bool:
+    return node is not outer and any(n is node for n in _walk_here(outer))
 
 
 def _training_functions(src: Source) -> Dict[str, ast.AST]:

@@ -370,10 +370,13 @@ class DataParallelToDDP(Transform):
                 continue
             self.manual(
                 node,
-                f"{name} is changed after the DDP wrap ({what}): DDP registers the parameters "
-                "and copies rank 0's values to all ranks when it is built, so later changes "
-                "are not synchronised (new layers get no gradient averaging, re-initialised "
-                "weights differ per rank); do this before the wrap",
+                f"{name} is changed after the DDP wrap ({what}): "
+                + (
+                    A.UNFREEZE_ADVICE if what.endswith("during training") else
+                    "DDP registers the parameters and copies rank 0's values to all ranks when it "
+                    "is built, so later changes are not synchronised (new layers get no gradient "
+                    "averaging, re-initialised weights differ per rank); do this before the wrap"
+                ),
                 code="DDP202",
             )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .. import _names as N
-from .._analysis import Source, changes_after_wrap
+from .._analysis import UNFREEZE_ADVICE, Source, changes_after_wrap
 from ._base import Diagnostic, Rule
 
 
@@ -17,8 +17,10 @@ class ModelChangedAfterWrap(Rule):
     that calls `backward()`): a new layer assigned onto it
     (`model.module.fc = nn.Linear(...)`), `.half()`/`.float()`/`.bfloat16()`,
     `.apply(init_fn)`, `.requires_grad_()`, or `requires_grad` set in a loop over
-    its parameters. The same recogniser runs in `dp2ddp convert`, on the
-    DataParallel wraps it turns into DDP.
+    its parameters. Once training has started, a `requires_grad` switch that
+    more training follows (unfreezing a backbone at epoch N) is reported too,
+    unless the model is wrapped again after it. The same recogniser runs in
+    `dp2ddp convert`, on the DataParallel wraps it turns into DDP.
 
     ## Why is this bad?
     DDP registers its gradient hooks and buckets on the parameters it sees when
@@ -61,6 +63,10 @@ class ModelChangedAfterWrap(Rule):
             yield self.diagnostic(
                 src,
                 stmt,
-                f"{name} is changed after the DDP wrap ({what}): DDP does not see the change "
-                "(no gradient averaging for new layers, ranks drift apart); do it before wrapping",
+                f"{name} is changed after the DDP wrap ({what}): "
+                + (
+                    UNFREEZE_ADVICE if what.endswith("during training") else
+                    "DDP does not see the change (no gradient averaging for new layers, ranks drift "
+                    "apart); do it before wrapping"
+                ),
             )
