@@ -107,6 +107,8 @@ TQDM = frozenset(
 #: ``logging`` calls that are progress chatter (the N copies of which we remove).
 #: Warnings and errors keep coming from every rank: a rank's own problem matters.
 LOGGING_CHATTER = frozenset({"logging.info", "logging.debug"})
+#: print and its twins of the command-line libraries (``click.echo`` writes to stdout too)
+PRINT = frozenset({"builtins.print", "click.echo", "click.secho", "click.utils.echo", "click.termui.secho", "typer.echo", "typer.secho"})
 LOGGER_FACTORY = frozenset({"logging.getLogger"})
 LOGGER_CHATTER_METHODS = frozenset({"info", "debug"})
 

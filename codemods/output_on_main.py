@@ -37,7 +37,7 @@ class OutputOnMainProcess(MainProcessGuard):
     CODE = "DDP301"
     NAME = "output-on-main"
     DESCRIPTION = "Print, log, TensorBoard and wandb output from the main process only."
-    TRIGGERS = ("print", "info", "debug", "tqdm", "SummaryWriter", "wandb")
+    TRIGGERS = ("print", "echo", "info", "debug", "tqdm", "SummaryWriter", "wandb")
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -116,7 +116,7 @@ class OutputOnMainProcess(MainProcessGuard):
         call = single_call(stmt)
         if call is None or stmt in self._noted:
             return
-        output = self.is_call(call, {"builtins.print"}) and not self._to_a_rank_file(call) or self._logging_chatter(call) or any(
+        output = self.is_call(call, N.PRINT) and not self._to_a_rank_file(call) or self._logging_chatter(call) or any(
             N.is_wandb(n) for n in self.qnames(call.func)
         )
         if output and not all(P.is_pure(a.value) for a in call.args):
@@ -131,9 +131,9 @@ class OutputOnMainProcess(MainProcessGuard):
         call = single_call(stmt)
         if call is None or self._names_the_rank(call):
             return None
-        if self.is_call(call, {"builtins.print"}) and self._to_a_rank_file(call):
+        if self.is_call(call, N.PRINT) and self._to_a_rank_file(call):
             return None  # print(..., file=f) to this rank's own file: every rank writes its own
-        if self.is_call(call, {"builtins.print"}) and all(P.is_pure(a.value) for a in call.args):
+        if self.is_call(call, N.PRINT) and all(P.is_pure(a.value) for a in call.args):
             return "print from the main process only"
         if self._logging_chatter(call) and all(P.is_pure(a.value) for a in call.args):
             return "log progress from the main process only"

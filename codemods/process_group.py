@@ -20,8 +20,9 @@ This transform adds one helper to the entry file::
 and calls it first thing in the ``if __name__ == "__main__":`` block (or right
 after the imports of a module-level script), with ``dist.barrier()`` and
 ``dist.destroy_process_group()`` at the end of that block (or of the script); a
-``sys.exit(main())`` block leaves the group in a ``finally`` (no barrier there: on
-an error the other ranks may never get to it).  Without torchrun the script still
+``sys.exit(main())`` block, or one that ends calling a click command or a Typer app
+(they exit the process themselves), leaves the group in a ``finally`` (no barrier
+there: on an error the other ranks may never get to it).  Without torchrun the script still
 runs as before, as a world of one.
 """
 
@@ -114,7 +115,7 @@ class ProcessGroupSetup(Transform):
         body = list(updated_node.body.body)
         init = self._stmt(f"{names['name']}()")
         last = body[-1]
-        if _exits(last):
+        if _exits(last) or self._exiting_command(last):
             # sys.exit(main()): leave the group on the way out
             destroy = self._stmt(f"{names['dist']}.destroy_process_group()")
             try_stmt = cst.Try(
@@ -132,6 +133,24 @@ class ProcessGroupSetup(Transform):
         self.changed(original_node, "join the process group first thing (nccl on GPU, gloo on CPU)")
         self.changed(original_node, leaving, code="DDP008")
         return updated_node.with_changes(body=updated_node.body.with_changes(body=new_body))
+
+    def _exiting_command(self, stmt: cst.BaseStatement) -> bool:
+        """``cli()`` of a click command or group (``@click.group()``), or of a Typer
+        app (``app = typer.Typer()``): it ends the process with ``sys.exit`` itself,
+        so code after the call never runs."""
+        if not m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.Call(func=m.Name()))])):
+            return False
+        name = stmt.body[0].value.func.value
+        for top in self.module.body:
+            if isinstance(top, cst.FunctionDef) and top.name.value == name:
+                return any(
+                    self.is_ref(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator, _CLICK_COMMANDS)
+                    for d in top.decorators
+                )
+            if m.matches(top, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name(name))])])):
+                value = top.body[0].value
+                return isinstance(value, cst.Call) and self.is_ref(value.func, {"typer.Typer", "typer.main.Typer"})
+        return False
 
     def _leave_group(self, names) -> list:
         """``dist.barrier()`` then ``dist.destroy_process_group()`` (see DESTROY_MESSAGE)."""
@@ -160,6 +179,10 @@ class ProcessGroupSetup(Transform):
         if rest:
             rest[0] = rest[0].with_changes(leading_lines=at_least_two_blank(rest[0].leading_lines))
         return updated_node.with_changes(body=[*body[:at], *new, *rest, *tail])
+
+
+#: decorators that make a function a command line that exits the process itself
+_CLICK_COMMANDS = frozenset({"click.command", "click.group", "click.decorators.command", "click.decorators.group"})
 
 
 def _is_our_helper(stmt) -> bool:

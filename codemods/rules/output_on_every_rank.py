@@ -71,7 +71,7 @@ class OutputOnEveryRank(Rule):
     FIX_TRANSFORMS = ("output-on-main",)
     FIX_DESCRIPTION = "put the output behind `if dist.get_rank() == 0:`"
     TRIGGERS = (
-        ("print", "istributed"), ("info", "istributed"), ("debug", "istributed"),
+        ("print", "istributed"), ("echo", "istributed"), ("info", "istributed"), ("debug", "istributed"),
         ("wandb", "istributed"), ("SummaryWriter", "istributed"),
     )
 
@@ -92,7 +92,7 @@ class OutputOnEveryRank(Rule):
             if not isinstance(src.parent(call), ast.Expr):
                 continue
             name = src.qualname(call.func)
-            chatter = name == "builtins.print" and not prints_to_a_rank_file(src, call) or name in N.LOGGING_CHATTER or (
+            chatter = name in N.PRINT and not prints_to_a_rank_file(src, call) or name in N.LOGGING_CHATTER or (
                 isinstance(call.func, ast.Attribute)
                 and call.func.attr in N.LOGGER_CHATTER_METHODS
                 and (
@@ -110,7 +110,7 @@ class OutputOnEveryRank(Rule):
                     main_only[func] = called_only_on_main(src, func)
                 if main_only[func]:
                     continue  # ``if self.gpu_id == 0: self._save_snapshot(epoch)``
-            if name != "builtins.print" and rank_level_logging:
+            if name not in N.PRINT and rank_level_logging:
                 continue  # ``basicConfig(level=INFO if rank in [-1, 0] else WARN)``: INFO on rank 0 only
             if _not_distributed_branch(src, call):
                 continue  # the non-distributed branch of ``if args.distributed: ... else:``
