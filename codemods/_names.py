@@ -165,7 +165,9 @@ def is_wandb(name: str) -> bool:
 HARMLESS_FUNCS = frozenset(
     {"len", "str", "repr", "int", "float", "round", "format", "min", "max", "sum",
      "abs", "sorted", "list", "tuple", "dict", "type", "isinstance", "getattr",
-     "vars", "enumerate", "zip", "range"}
+     "vars", "enumerate", "zip", "range", "set", "frozenset", "bool", "any", "all",
+     "reversed", "divmod", "pow", "hex", "oct", "bin", "chr", "ord", "hash", "id",
+     "hasattr", "callable", "ascii"}
 )
 HARMLESS_METHODS = frozenset(
     {"item", "format", "join", "tolist", "numpy", "cpu", "detach", "size", "dim",
