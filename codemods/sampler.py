@@ -164,7 +164,27 @@ class DistributedSamplerTransform(Transform):
             return "train", "shuffle=True"
         if not evals and self._iterated_in_training_loop(call):
             return "train", "iterated by a loop that calls backward()"
+        if not train and self._iterated_without_gradients(call):
+            return "eval", "iterated without gradients only"
+        used_as = self._factory_use(call)
+        if used_as is not None:
+            return used_as, f"{used_as} loader of the file's {self.enclosing_function(call).name.value}()"
         return "unknown", ""
+
+    def _factory_use(self, call: cst.Call) -> Optional[str]:
+        """``return DataLoader(...)`` of a loader factory (``make_loader(n, shuffle)``)
+        of the entry script (no other module imports it) whose every call is
+        assigned to a training name, or to an evaluation name: that kind."""
+        func = self.enclosing_function(call)
+        if not self.role.is_entry or func is None or not isinstance(self.parent(call), cst.Return):
+            return None
+        kinds = set()
+        for use in P.find(self.module, cst.Call):
+            if P.dotted_name(use.func).rsplit(".", 1)[-1] != func.name.value:
+                continue
+            target = self._assigned_name(use).rsplit(".", 1)[-1]
+            kinds.add("eval" if P.is_eval_name(target) else "train" if P.is_train_name(target) else "?")
+        return kinds.pop() if len(kinds) == 1 and "?" not in kinds else None
 
     def _assigned_name(self, call: cst.Call) -> str:
         parent = self.parent(call)
@@ -578,20 +598,40 @@ class DistributedSamplerTransform(Transform):
         parent = self.parent(call)
         if isinstance(parent, cst.Attribute) and parent.attr.value in ("item", "tolist", "detach"):
             return False
-        for anc in self.ancestors(call):
+        return not self._without_gradients(call)
+
+    def _without_gradients(self, node: cst.CSTNode) -> bool:
+        """``node`` runs under ``torch.no_grad()``/``inference_mode()`` (a ``with``, a
+        decorator) or in an evaluation function (``evaluate``, ``validate``)."""
+        for anc in self.ancestors(node):
             if isinstance(anc, cst.With) and any(
                 isinstance(item.item, cst.Call) and P.dotted_name(item.item.func).rsplit(".", 1)[-1] in _NO_GRAD
                 for item in anc.items
             ):
-                return False
+                return True
             if isinstance(anc, cst.FunctionDef):
                 if _EVAL_FUNCTION.search(anc.name.value) or any(
                     P.dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
                     .rsplit(".", 1)[-1] in _NO_GRAD
                     for d in anc.decorators
                 ):
-                    return False
-        return True
+                    return True
+        return False
+
+    def _iterated_without_gradients(self, call: cst.Call) -> bool:
+        """The loader's variable is iterated, and only by loops without gradients
+        that never call ``backward()``: an evaluation loader whatever its name."""
+        target = self._assigned_name(call)
+        if not target:
+            return False
+        func = self.enclosing_function(call)
+        loops = [
+            loop for loop in P.find(func if func is not None else self.module, cst.For)
+            if target in {P.dotted_name(x) for x in _iterated(loop.iter)}
+        ]
+        return bool(loops) and all(
+            self._without_gradients(loop) and not _calls_backward(loop.body) for loop in loops
+        )
 
     def _iterable_dataset(self, loader: cst.Call) -> bool:
         """The loader's dataset is an ``IterableDataset`` (``_analysis.iterable_dataset``,
