@@ -498,15 +498,21 @@ class DataParallelToDDP(Transform):
             return updated_node
         else_body = []
         if updated_node.orelse is not None:
-            else_body = [s for s in updated_node.orelse.body.body if not self._device_move(s)]
+            else_body = [
+                s for s in updated_node.orelse.body.body
+                if not self._device_move(s) or _commented_pass(s)  # (a TODO there stays)
+            ]
         lead = list(updated_node.leading_lines)
         self.changed(
             original_node,
             "the DDP wrap is taken out of the GPU-only condition: every process wraps (GPU or CPU)",
         )
         self._note_prefix(original_node, wraps)
+        # the comment on the condition's line goes with the wrap, above it
+        header = updated_node.body.header if isinstance(updated_node.body, cst.IndentedBlock) else None
+        said = [cst.EmptyLine(comment=header.comment)] if header is not None and header.comment else []
         if not new_body and not else_body:
-            first = wraps[0].with_changes(leading_lines=[*lead, *wraps[0].leading_lines])
+            first = wraps[0].with_changes(leading_lines=[*lead, *said, *wraps[0].leading_lines])
             return cst.FlattenSentinel([first, *wraps[1:]])
         if not new_body:
             test = updated_node.test
@@ -524,7 +530,13 @@ class DataParallelToDDP(Transform):
             kept = updated_node.with_changes(
                 body=updated_node.body.with_changes(body=new_body), orelse=orelse
             )
-        return cst.FlattenSentinel([kept, *(w.with_changes(leading_lines=[]) for w in wraps)])
+        if not new_body:
+            said = []  # (the condition stays, negated, with its comment)
+        moved = [
+            w.with_changes(leading_lines=[*(said if i == 0 else []), *(l for l in w.leading_lines if l.comment)])
+            for i, w in enumerate(wraps)
+        ]  # (with the comment lines above each wrap)
+        return cst.FlattenSentinel([kept, *moved])
 
     def _note_prefix(self, at: cst.CSTNode, wraps) -> None:
         if ("state_dict" in self.module.code or self.role.program_state_dict) and not self._unwraps_itself(wraps):
@@ -700,6 +712,14 @@ def _line_break(comment: Optional[str], lines: list, indent: str) -> cst.Parenth
         ],
         indent=True,
         last_line=cst.SimpleWhitespace(indent),
+    )
+
+
+def _commented_pass(stmt: cst.BaseStatement) -> bool:
+    """``pass`` with a comment on its line or above it."""
+    return (
+        m.matches(stmt, m.SimpleStatementLine(body=[m.Pass()]))
+        and (any(line.comment for line in stmt.leading_lines) or stmt.trailing_whitespace.comment is not None)
     )
 
 
