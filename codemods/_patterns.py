@@ -141,6 +141,44 @@ def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
     return cst.Arg(keyword=cst.Name(name), value=value, equal=TIGHT_EQUAL)
 
 
+def append_arg(call: cst.Call, new: cst.Arg) -> cst.Call:
+    """``call`` with ``new`` as its last argument, in the call's own layout: on a
+    line of its own (and a trailing comma, as black writes it) when the closing
+    parenthesis is on its own line, else after ``, ``."""
+    args = list(call.args)
+    if not args:
+        return _first_arg(call, new)
+    last = args[-1]
+    comma = last.comma
+    closing = comma.whitespace_after if isinstance(comma, cst.Comma) else last.whitespace_after_arg
+    opening = args[-2].comma.whitespace_after if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else call.whitespace_before_args
+    if isinstance(closing, cst.ParenthesizedWhitespace) and isinstance(opening, cst.ParenthesizedWhitespace):
+        # one argument a line: the last one's line ends with a comma (and its comment)
+        line_end = closing.with_changes(last_line=opening.last_line, indent=opening.indent)
+        args[-1] = last.with_changes(
+            comma=cst.Comma(whitespace_after=line_end), whitespace_after_arg=cst.SimpleWhitespace("")
+        )
+        end = cst.ParenthesizedWhitespace(indent=closing.indent, last_line=closing.last_line)
+        return call.with_changes(args=[*args, new.with_changes(comma=cst.Comma(whitespace_after=end))])
+    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, new.with_changes(comma=comma)])
+
+
+def _first_arg(call: cst.Call, new: cst.Arg) -> cst.Call:
+    """``f(\n)`` given its first argument: ``f(arg)``, or, when a comment follows the
+    parenthesis (``f(  # c``), the argument on a line of its own."""
+    opening = call.whitespace_before_args
+    if not isinstance(opening, cst.ParenthesizedWhitespace):
+        return call.with_changes(args=[new])
+    if opening.first_line.comment is None and not any(line.comment for line in opening.empty_lines):
+        return call.with_changes(args=[new], whitespace_before_args=cst.SimpleWhitespace(""))
+    inner = opening.with_changes(last_line=cst.SimpleWhitespace(opening.last_line.value + "    "))
+    end = cst.ParenthesizedWhitespace(indent=opening.indent, last_line=opening.last_line)
+    return call.with_changes(
+        args=[new.with_changes(comma=cst.Comma(whitespace_after=end))], whitespace_before_args=inner
+    )
+
+
 def dotted_name(node: cst.CSTNode) -> str:
     """``a.b.c`` for a Name/Attribute chain, '' otherwise."""
     if isinstance(node, cst.Name):

@@ -223,9 +223,10 @@ class RankDevice(Transform):
         assert isinstance(updated.func, cst.Attribute)
         args = [cst.Arg(cst.Name(device)), *keep]
         args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
-        return updated.with_changes(
-            func=updated.func.with_changes(attr=cst.Name("to")), args=_commas(args)
-        )
+        moved = updated.with_changes(func=updated.func.with_changes(attr=cst.Name("to")))
+        if not updated.args:  # ``.cuda(\n)``: in its layout
+            return P.append_arg(moved.with_changes(args=[]), args[0])
+        return moved.with_changes(args=_commas(args))
 
     def _device_args(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         is_to = m.matches(original.func, m.Attribute(attr=m.Name("to")))

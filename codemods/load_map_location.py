@@ -49,9 +49,4 @@ class LoadMapLocation(Transform):
             self.manual(original_node, "torch.load without map_location: load onto this process's device")
             return updated_node
         self.changed(original_node, f"torch.load(..., map_location={device}): onto this process's device")
-        args = list(updated_node.args)
-        new = P.keyword_arg("map_location", cst.Name(device))
-        last = args[-1]
-        new = new.with_changes(comma=last.comma)
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        return updated_node.with_changes(args=[*args, new])
+        return P.append_arg(updated_node, P.keyword_arg("map_location", cst.Name(device)))
