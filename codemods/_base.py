@@ -811,11 +811,15 @@ class Transform(Codemod, cst.CSTTransformer):
             return cst.FlattenSentinel(new)
         nodes = list(result.nodes) if isinstance(result, cst.FlattenSentinel) else [result]
         if nodes and new:
-            # the comments above the statement move up, above the inserted code
+            # the blank lines above the statement go above the inserted code; the
+            # comment lines right above it stay with it (they say what it does)
             lead = list(nodes[0].leading_lines)
-            nodes[0] = nodes[0].with_changes(leading_lines=[])
+            attached = len(lead)
+            while attached > 0 and lead[attached - 1].comment is not None:
+                attached -= 1
+            nodes[0] = nodes[0].with_changes(leading_lines=lead[attached:])
             new = list(new)
-            new[0] = new[0].with_changes(leading_lines=[*lead, *new[0].leading_lines])
+            new[0] = new[0].with_changes(leading_lines=[*lead[:attached], *new[0].leading_lines])
         return cst.FlattenSentinel([*new, *nodes])
 
     def ddp_module(self, module: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression:
