@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterator
+from typing import Iterator, Optional
 
 from .. import _names as N
 from .._analysis import Source, argument, dotted, is_epoch_loop, is_eval_name, is_false, last_name
@@ -59,9 +59,26 @@ class MissingSetEpoch(Rule):
             return
         if _handed_elsewhere(src):
             return  # ``train_one_epoch(model, loader, epoch)`` of another module may set it
+        constant = _constant_set_epoch(src)
         for call in src.calls:
             if src.qualname(call.func) in N.DISTRIBUTED_SAMPLER and not is_false(argument(call, 3, "shuffle")):
-                yield self.diagnostic(src, call)
+                yield self.diagnostic(
+                    src, call,
+                    None if constant is None else
+                    f"DistributedSampler shuffles but set_epoch() is only called with a constant "
+                    f"(set_epoch({constant.args[0].value!r}), line {constant.lineno}): every epoch "
+                    "repeats the same order; call set_epoch(epoch) at the start of every epoch",
+                )
+
+
+def _constant_set_epoch(src: Source) -> Optional[ast.Call]:
+    """The first ``set_epoch(0)``-style call, with a constant (None without one)."""
+    for call in src.calls:
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr == "set_epoch" and call.args:
+            if isinstance(call.args[0], ast.Constant):
+                return call
+    return None
 
 
 def _sets_epoch(src: Source) -> bool:
