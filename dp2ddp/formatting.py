@@ -57,6 +57,8 @@ class _Reformat(cst.CSTTransformer):
             return updated_node  # (a respelling mark, gone from the output, takes no room)
         try:
             formatted = _black_format(code, self.line_length - width)
+            if "\t" in self.module.default_indent:
+                formatted = _tab_indented(formatted)
             body = cst.parse_module(formatted).body
         except Exception as exc:  # the code stays valid, only unformatted: say so
             FORMAT_FAILURES.append(f"black could not format a changed statement: {exc!r}")
@@ -115,6 +117,20 @@ def _black_format(code: str, width: int) -> str:
 
         mode = black.Mode(line_length=max(40, width), target_versions={black.TargetVersion.PY38})
         return black.format_str(code, mode=mode)
+
+
+def _tab_indented(code: str) -> str:
+    """Black's continuation lines indented with tabs, as the rest of a tab-indented
+    file is -- unless that would change the code (a string over several lines)."""
+    import ast
+    import re
+
+    tabbed = re.sub(r"(?m)^((?:    )+)", lambda found: "\t" * (len(found.group(1)) // 4), code)
+    try:
+        same = ast.dump(ast.parse(tabbed)) == ast.dump(ast.parse(code))
+    except SyntaxError:
+        same = False
+    return tabbed if same else code
 
 
 def _header_only(node):
