@@ -8,7 +8,9 @@ package's own sources, and a generated repository of N copies of the e2e
 fixtures.  For each it prints files, lines and the median wall time of:
 
 * floors: reading every file; LibCST ``parse_module`` of every file (one process
-  and all cores); ``ast.parse`` of every file;
+  and all cores), and a parse plus one scope analysis (what a LibCST codemod that
+  resolves names through metadata pays before it changes anything: the bound of
+  any LibCST-based ``convert``); ``ast.parse`` of every file;
 * ``dp2ddp lint`` with a cold and a warm cache; ``dp2ddp convert --check``;
 * TorchFix (``torchfix``, a benchmark-only dependency: ``pip install torchfix``,
   best in its own virtual environment, passed with ``--torchfix``) as the
@@ -87,6 +89,18 @@ def _parse_libcst(path: str) -> None:
         pass
 
 
+def _parse_and_scope(path: str) -> None:
+    """What any LibCST codemod that resolves names through metadata pays per file
+    before it changes anything: a parse and one scope analysis."""
+    import libcst
+    from libcst.metadata import MetadataWrapper, ScopeProvider
+
+    try:
+        MetadataWrapper(libcst.parse_module(Path(path).read_bytes()), unsafe_skip_copy=True).resolve(ScopeProvider)
+    except Exception:
+        pass
+
+
 def _parse_ast(path: str) -> None:
     try:
         ast.parse(Path(path).read_bytes())
@@ -117,6 +131,9 @@ def floors(root: Path, files: List[Path], repeat: int) -> Dict[str, float]:
     with ProcessPoolExecutor(workers) as pool:
         out[f"LibCST parse every file ({workers} processes)"] = timed(
             lambda: list(pool.map(_parse_libcst, names, chunksize=16)), 1
+        )
+        out[f"LibCST parse + scopes of every file ({workers} processes)"] = timed(
+            lambda: list(pool.map(_parse_and_scope, names, chunksize=16)), 1
         )
     return out
 
@@ -168,6 +185,8 @@ def measure(
     print(f"  {'warm lint / a process finding+reading them':<44} {warm / results['a process that finds and reads every file']:9.2f} x")
     if "TorchFix" in results:
         print(f"  {'speed-up of lint over TorchFix':<44} {results['TorchFix'] / lint:9.1f} x")
+        scopes = next(v for k, v in results.items() if k.startswith("LibCST parse + scopes"))
+        print(f"  {'TorchFix / LibCST parse+scopes floor':<44} {results['TorchFix'] / scopes:9.1f} x")
         if convert:
             print(f"  {'speed-up of convert --check over TorchFix':<44} {results['TorchFix'] / results['dp2ddp convert --check']:9.1f} x")
             print(f"  {'  the same, warm cache':<44} {results['TorchFix'] / results['dp2ddp convert --check (warm cache)']:9.1f} x")
