@@ -289,8 +289,9 @@ def unpacked_keyword(src: "Source", call: ast.Call, name: str) -> Optional[ast.A
             continue
         value = kw.value
         if isinstance(value, ast.Name):
-            values = bound_values(src, value.id, src.function_of(call))
-            value = values[0] if len(values) == 1 else None
+            scope = src.function_of(call)
+            values = bound_values(src, value.id, scope)
+            value = values[0] if len(values) == 1 and not _changed_in_place(src, value.id, scope) else None
         if isinstance(value, ast.Dict):
             for key, item in zip(value.keys, value.values):
                 if isinstance(key, ast.Constant) and key.value == name:
@@ -300,6 +301,22 @@ def unpacked_keyword(src: "Source", call: ast.Call, name: str) -> Optional[ast.A
             if found is not None:
                 return found
     return None
+
+
+def _changed_in_place(src: Source, name: str, scope) -> bool:
+    """``name[k] = v``, ``del name[k]``, ``name.update(...)`` (and the like), or
+    ``name |= ...`` in ``scope``: a dict whose literal no longer tells its keys."""
+    for node in src.nodes:
+        if src.function_of(node) is not scope:
+            continue
+        if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load) and dotted(node.value) == name:
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and dotted(node.func.value) == name:
+            if node.func.attr in ("update", "pop", "popitem", "setdefault", "clear", "__setitem__"):
+                return True
+        if isinstance(node, ast.AugAssign) and dotted(node.target) == name:
+            return True
+    return False
 
 
 def is_none(node: Optional[ast.AST]) -> bool:
@@ -972,6 +989,79 @@ def classify_loader(src: Source, call: ast.Call) -> str:
     return "unknown"
 
 
+def evaluated_only(src: Source, call: ast.Call) -> bool:
+    """The loader ``call`` builds is bound to a name of its function (once), and
+    every use of that name is the loader of a ``for`` under ``torch.no_grad()`` /
+    ``inference_mode()`` (a ``with`` in the function, or its decorator) that never
+    calls ``backward()``, or ``len()`` of it: an evaluation loader, whatever its
+    name.  A loader handed to a call, put through ``iter()``, or bound at module
+    level may train elsewhere: not this."""
+    func = src.function_of(call)
+    parent = src.parent(call)
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not (
+        isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
+    ):
+        return False
+    name = parent.targets[0].id
+    here = [n for stmt in func.body for n in _walk_here(stmt) if isinstance(n, ast.Name) and n.id == name]
+    if sum(not isinstance(n.ctx, ast.Load) for n in here) != 1:
+        return False  # (bound again, or deleted)
+    uses = [n for n in here if isinstance(n.ctx, ast.Load)]
+    for use in uses:
+        loop = next((a for a in src.ancestors(use) if isinstance(a, (ast.For, ast.AsyncFor))), None)
+        if loop is not None and any(x is use for x in iterated(loop.iter)):
+            if calls_method(loop, "backward") or not _without_gradients(src, loop, func):
+                return False
+            continue
+        holder = src.parent(use)
+        if isinstance(holder, ast.Call) and last_name(holder.func) == "len" and holder.args == [use]:
+            continue
+        return False
+    return bool(uses)
+
+
+_NO_GRAD = frozenset({"no_grad", "inference_mode"})
+
+
+def _without_gradients(src: Source, node: ast.AST, func: ast.AST) -> bool:
+    """``node`` runs under ``torch.no_grad()``/``inference_mode()``: a ``with`` in
+    ``func``, or a decorator of ``func``."""
+    for anc in src.ancestors(node):
+        if anc is func:
+            break
+        if isinstance(anc, (ast.With, ast.AsyncWith)) and any(
+            isinstance(item.context_expr, ast.Call) and last_name(item.context_expr.func) in _NO_GRAD
+            for item in anc.items
+        ):
+            return True
+    return any(
+        last_name(d.func if isinstance(d, ast.Call) else d) in _NO_GRAD for d in getattr(func, "decorator_list", ())
+    )
+
+
+def factory_kind(src: Source, call: ast.Call) -> Optional[str]:
+    """``return DataLoader(...)`` of a module-level loader factory whose every
+    reference in the file is a call assigned to a training name, or every one to
+    an evaluation name (``val_loader = make_loader(...)``): "train" or "eval".
+    None otherwise -- also when the factory is handed on as a value
+    (``fit(model, make_loader)``), which may build a training loader with it."""
+    func = src.function_of(call)
+    if not isinstance(src.parent(call), ast.Return) or not isinstance(func, ast.FunctionDef):
+        return None
+    if src.parent(func) is not src.tree:
+        return None
+    kinds = set()
+    for ref in src.nodes:
+        if not (isinstance(ref, ast.Name) and ref.id == func.name):
+            continue
+        use = src.parent(ref)
+        if not (isinstance(use, ast.Call) and use.func is ref):
+            return None
+        target = assigned_name(src, use).rsplit(".", 1)[-1]
+        kinds.add("eval" if is_eval_name(target) else "train" if is_train_name(target) else "?")
+    return kinds.pop() if len(kinds) == 1 and "?" not in kinds else None
+
+
 def iterated(node: ast.AST) -> Iterator[ast.AST]:
     """What a ``for`` iterates: ``loader`` in ``enumerate(tqdm(loader))``."""
     if isinstance(node, ast.Call):
@@ -1448,9 +1538,12 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
     found: List[Tuple[ast.stmt, int, str, str]] = []
     trainers = _training_functions(src)
 
-    def trains(node: ast.AST) -> bool:  # (here, or in train_one_epoch(model, ...))
-        return calls_method(node, "backward") or any(
-            isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in trainers
+    def trains(node: ast.AST) -> bool:  # (here, or in train_one_epoch(model, ...); a def runs nothing)
+        return any(
+            isinstance(call, ast.Call) and (
+                isinstance(call.func, ast.Attribute) and call.func.attr == "backward"
+                or isinstance(call.func, ast.Name) and call.func.id in trainers
+            )
             for call in _walk_here(node)
         )
 
@@ -1489,12 +1582,27 @@ def _grad_switches_in_training(src: Source, statements, name: str, wrap_line: in
     for index, stmt in enumerate(statements):
         more_training = any(trains(s) for s in statements[index + 1:])
         loops = [n for n in _walk_here(stmt) if isinstance(n, (ast.For, ast.While)) and trains(n)]
-        for node, what in _parameter_changes(stmt, name):
-            if what not in ("requires_grad set", ".requires_grad_()"):
-                continue
+        switches = [(n, w) for n, w in _parameter_changes(stmt, name) if w in ("requires_grad set", ".requires_grad_()")]
+        if {True, False} <= {v for n, _ in switches for v in _grad_values(n)}:
+            continue  # switched off and on again (an evaluation pass, a GAN's alternating steps)
+        for node, what in switches:
             if more_training or any(_inside(node, loop) for loop in loops):
                 found.append((_statement_of(src, node), wrap_line, name, f"{what} during training"))
     return found
+
+
+def _grad_values(node: ast.AST) -> Set[object]:
+    """The values a ``requires_grad`` switch sets: ``x.requires_grad_()`` (True by
+    default), ``x.requires_grad_(False)``, ``p.requires_grad = False`` in a loop;
+    "?" for a value that is not a constant."""
+    if isinstance(node, ast.Call):
+        value = argument(node, 0, "requires_grad")
+        return {True if value is None else value.value if isinstance(value, ast.Constant) else "?"}
+    return {
+        a.value.value if isinstance(a.value, ast.Constant) else "?"
+        for a in ast.walk(node)
+        if isinstance(a, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in a.targets)
+    }
 
 
 def _inside(node: ast.AST, outer: ast.AST) -> bool:

@@ -160,8 +160,11 @@ def append_arg(call: cst.Call, new: cst.Arg) -> cst.Call:
         )
         end = cst.ParenthesizedWhitespace(indent=closing.indent, last_line=closing.last_line)
         return call.with_changes(args=[*args, new.with_changes(comma=cst.Comma(whitespace_after=end))])
-    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return call.with_changes(args=[*args, new.with_changes(comma=comma)])
+    # after ``, ``; what stood before the parenthesis (a line break) goes after the new one
+    args[-1] = last.with_changes(
+        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), whitespace_after_arg=cst.SimpleWhitespace("")
+    )
+    return call.with_changes(args=[*args, new.with_changes(comma=comma, whitespace_after_arg=last.whitespace_after_arg)])
 
 
 def _first_arg(call: cst.Call, new: cst.Arg) -> cst.Call:

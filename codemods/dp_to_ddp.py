@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 
-from typing import Dict, Optional, Set, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -511,6 +511,10 @@ class DataParallelToDDP(Transform):
         # the comment on the condition's line goes with the wrap, above it
         header = updated_node.body.header if isinstance(updated_node.body, cst.IndentedBlock) else None
         said = [cst.EmptyLine(comment=header.comment)] if header is not None and header.comment else []
+        if not new_body and all(_commented_pass(s) for s in else_body):
+            # ``else: pass  # TODO`` alone: no ``if not cond: pass`` -- its comments go above the wrap
+            said += [cst.EmptyLine(comment=c) for s in else_body for c in _comments_of(s)]
+            else_body = []
         if not new_body and not else_body:
             first = wraps[0].with_changes(leading_lines=[*lead, *said, *wraps[0].leading_lines])
             return cst.FlattenSentinel([first, *wraps[1:]])
@@ -530,8 +534,8 @@ class DataParallelToDDP(Transform):
             kept = updated_node.with_changes(
                 body=updated_node.body.with_changes(body=new_body), orelse=orelse
             )
-        if not new_body:
-            said = []  # (the condition stays, negated, with its comment)
+        if new_body:
+            said = []  # (the condition stays, with its comment)
         moved = [
             w.with_changes(leading_lines=[*(said if i == 0 else []), *(l for l in w.leading_lines if l.comment)])
             for i, w in enumerate(wraps)
@@ -721,6 +725,12 @@ def _commented_pass(stmt: cst.BaseStatement) -> bool:
         m.matches(stmt, m.SimpleStatementLine(body=[m.Pass()]))
         and (any(line.comment for line in stmt.leading_lines) or stmt.trailing_whitespace.comment is not None)
     )
+
+
+def _comments_of(stmt: cst.SimpleStatementLine) -> List[cst.Comment]:
+    """The comments above a simple statement and on its line."""
+    found = [line.comment for line in stmt.leading_lines if line.comment]
+    return found + ([stmt.trailing_whitespace.comment] if stmt.trailing_whitespace.comment else [])
 
 
 def _parenthesized_as(old: cst.BaseExpression, new: cst.BaseExpression) -> cst.BaseExpression:

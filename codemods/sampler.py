@@ -164,27 +164,14 @@ class DistributedSamplerTransform(Transform):
             return "train", "shuffle=True"
         if not evals and self._iterated_in_training_loop(call):
             return "train", "iterated by a loop that calls backward()"
-        if not train and self._iterated_without_gradients(call):
+        node = self.ast_call(call) if not train else None
+        if node is not None and A.evaluated_only(self.ast_source, node):
             return "eval", "iterated without gradients only"
-        used_as = self._factory_use(call)
+        # a loader factory of the entry script (no other module imports it)
+        used_as = A.factory_kind(self.ast_source, node) if node is not None and self.role.is_entry else None
         if used_as is not None:
             return used_as, f"{used_as} loader of the file's {self.enclosing_function(call).name.value}()"
         return "unknown", ""
-
-    def _factory_use(self, call: cst.Call) -> Optional[str]:
-        """``return DataLoader(...)`` of a loader factory (``make_loader(n, shuffle)``)
-        of the entry script (no other module imports it) whose every call is
-        assigned to a training name, or to an evaluation name: that kind."""
-        func = self.enclosing_function(call)
-        if not self.role.is_entry or func is None or not isinstance(self.parent(call), cst.Return):
-            return None
-        kinds = set()
-        for use in P.find(self.module, cst.Call):
-            if P.dotted_name(use.func).rsplit(".", 1)[-1] != func.name.value:
-                continue
-            target = self._assigned_name(use).rsplit(".", 1)[-1]
-            kinds.add("eval" if P.is_eval_name(target) else "train" if P.is_train_name(target) else "?")
-        return kinds.pop() if len(kinds) == 1 and "?" not in kinds else None
 
     def _assigned_name(self, call: cst.Call) -> str:
         parent = self.parent(call)
@@ -617,21 +604,6 @@ class DistributedSamplerTransform(Transform):
                 ):
                     return True
         return False
-
-    def _iterated_without_gradients(self, call: cst.Call) -> bool:
-        """The loader's variable is iterated, and only by loops without gradients
-        that never call ``backward()``: an evaluation loader whatever its name."""
-        target = self._assigned_name(call)
-        if not target:
-            return False
-        func = self.enclosing_function(call)
-        loops = [
-            loop for loop in P.find(func if func is not None else self.module, cst.For)
-            if target in {P.dotted_name(x) for x in _iterated(loop.iter)}
-        ]
-        return bool(loops) and all(
-            self._without_gradients(loop) and not _calls_backward(loop.body) for loop in loops
-        )
 
     def _iterable_dataset(self, loader: cst.Call) -> bool:
         """The loader's dataset is an ``IterableDataset`` (``_analysis.iterable_dataset``,
