@@ -355,19 +355,70 @@ def _uses_distributed(src: Source) -> bool:
     return False
 
 
-def ddp_wrapped_names(src: Source) -> Set[str]:
-    """Names (``model``, ``self.model``) assigned a DistributedDataParallel."""
-    if "ddp_wrapped" in src.cache:
-        return src.cache["ddp_wrapped"]  # type: ignore[return-value]
+def ddp_wrapped_names(src: Source, wrappers: FrozenSet[str] = N.DDP) -> Set[str]:
+    """Names (``model``, ``self.model``) assigned a DistributedDataParallel (or
+    another of ``wrappers``: DataParallel, for convert)."""
+    key = f"wrapped:{min(wrappers)}"
+    if key in src.cache:
+        return src.cache[key]  # type: ignore[return-value]
     names = set()
-    src.cache["ddp_wrapped"] = names
+    src.cache[key] = names
     for node in src.of_type(ast.Assign):
-        if src.is_call(node.value, N.DDP):
+        value = node.value
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and isinstance(
+            value.func.value, ast.Call
+        ):
+            value = value.func.value  # DataParallel(model).cuda()
+        if src.is_call(value, wrappers):
             for target in node.targets:
                 name = dotted(target)
                 if name:
                     names.add(name)
     return names
+
+
+#: methods of a model that run no forward pass (saving, loading, set-up), by
+#: their start -- and nn.Module's own, by name
+NOT_FORWARD_PREFIXES = (
+    "save", "load", "get_", "set_", "push_to_hub", "resize_", "tie_", "gradient_checkpointing",
+    "init_", "num_", "count_", "reset_", "summary", "named_", "register_",
+)
+NOT_FORWARD_METHODS = frozenset({
+    "state_dict", "parameters", "modules", "children", "buffers", "train", "eval", "to", "cuda", "cpu",
+    "half", "float", "double", "bfloat16", "zero_grad", "apply", "requires_grad_", "extra_repr",
+})
+
+
+def runs_no_forward(method: str) -> bool:
+    return method in NOT_FORWARD_METHODS or method.startswith(NOT_FORWARD_PREFIXES)
+
+
+def forward_past_the_wrapper(src: Source, wrapped: Set[str]) -> List[Tuple[ast.AST, str]]:
+    """``(statement, what)`` for ``model.module(x)`` / ``model.module.encoder(x)`` of a
+    model named in ``wrapped`` where a ``backward()`` follows in its loop (or
+    later in its function): a training step that runs the model, or a part of
+    it, past the DDP wrapper -- whose gradients DDP then never averages."""
+    found = []
+    for call in src.calls:
+        name = dotted(call.func)
+        owner = next((w for w in wrapped if name == f"{w}.module" or name.startswith(f"{w}.module.")), None)
+        if owner is None:
+            continue
+        part = name[len(owner) + len(".module."):] if name != f"{owner}.module" else ""
+        if part and runs_no_forward(part.rsplit(".", 1)[-1]):
+            continue
+        loop = next((a for a in src.ancestors(call) if isinstance(a, (ast.For, ast.While, ast.AsyncFor))), None)
+        func = src.function_of(call)
+        where = loop if loop is not None else func if func is not None else src.tree
+        if any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+            and (loop is not None or (n.lineno, n.col_offset) > (call.lineno, call.col_offset))
+            for n in ast.walk(where)
+        ):
+            stmt = _statement_of(src, call)
+            if all(stmt is not seen for seen, _ in found):
+                found.append((stmt, name))
+    return found
 
 
 # ------------------------------------------------------------------ ranks

@@ -71,6 +71,7 @@ class DataParallelToDDP(Transform):
         #: branch); not so for one dp2ddp converted, whose DataParallel was left
         self._hand_made = self.role.already_distributed and not self.role.set_up_by_dp2ddp
         self._changes: Optional[list] = None
+        self._past_wrapper_reported = False
 
     def visit_Module(self, node: cst.Module) -> None:
         if self._hand_made:
@@ -245,6 +246,7 @@ class DataParallelToDDP(Transform):
         self._converted.add(original)
         self.changed(original, "DataParallel -> DistributedDataParallel on this process's device")
         self._report_changes_after_wrap(original)
+        self._report_forward_past_the_wrapper()
         return _with_comments(template.with_changes(args=args), updated, kinds)
 
     def _unwraps_itself(self, wraps) -> bool:
@@ -379,6 +381,24 @@ class DataParallelToDDP(Transform):
                 ),
                 code="DDP202",
             )
+
+    def _report_forward_past_the_wrapper(self) -> None:
+        """``model.module.encoder(x)`` in a training step (lint's DDP308): DataParallel
+        only lost its multi-GPU split there; DDP does not average those gradients."""
+        if self._past_wrapper_reported:
+            return
+        self._past_wrapper_reported = True
+        src = self.ast_source
+        for stmt, name in A.forward_past_the_wrapper(src, A.ddp_wrapped_names(src, N.DATA_PARALLEL)):
+            node = self.statement_at(stmt.lineno)
+            if node is not None:
+                self.manual(
+                    node,
+                    f"{name}(...) runs the model past its DDP wrapper in a training step: DDP does "
+                    "not average these gradients and the ranks drift apart; call the wrapped model "
+                    "instead (return the parts you need from its forward)",
+                    code="DDP308",
+                )
 
     def _saves_wrapped(self, call: cst.Call) -> bool:
         """``torch.save(model, ...)`` of a model whose wrap was converted."""

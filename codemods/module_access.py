@@ -51,10 +51,6 @@ DDP_API = frozenset(
 
 
 #: methods of a model that run no forward pass (HF's save_pretrained, get_input_embeddings...)
-_NOT_FORWARD_PREFIXES = (
-    "save", "load", "get_", "set_", "push_to_hub", "resize_", "tie_", "gradient_checkpointing",
-    "init_", "num_", "count_", "reset_", "summary",  # init_hidden(bsz): zeros, no forward
-)
 
 #: functions of other modules that save what they get (``save_checkpoint(model, path)``)
 _SAVER = re.compile(r"(?i)(^|_)(save|checkpoint|export)")
@@ -339,7 +335,7 @@ class ModuleAccess(Transform):
     def _forward_bypasses_ddp(self, node: cst.Attribute) -> bool:
         """``model.encoder(x)`` called where a ``backward()`` follows it (training)."""
         method = node.attr.value
-        if method in ("state_dict", "load_state_dict") or method.startswith(_NOT_FORWARD_PREFIXES):
+        if A.runs_no_forward(method):  # (init_hidden(bsz): zeros, no forward)
             return False  # saving, loading, configuring: no forward pass
         call = self.parent(node)
         if not (isinstance(call, cst.Call) and call.func is node):
