@@ -1,4 +1,4 @@
-"""DDP204 unused-parameters: a submodule that ``forward`` calls only under a condition.
+"""DDP204 unused-parameters: a submodule that ``forward`` calls only under a condition, or never.
 
 DataParallel does not mind parameters that get no gradient in a step.  DDP does:
 its reducer waits for a gradient of every parameter, and the step after one in
@@ -12,7 +12,8 @@ a layer only in one branch::
             return self.head(h) + self.aux_head(h)
         return self.head(h)
 
-gets a note at that call: if the branch can be skipped in a training step, pass
+gets a note at that call (and a layer that nothing in a training file uses at
+all, one at its ``__init__`` line): if the branch can be skipped in a training step, pass
 ``find_unused_parameters=True`` to ``DistributedDataParallel`` (a graph walk per
 step) or freeze the layer.  Nothing is rewritten: only the author knows whether
 the branch is taken.  Layers without parameters (dropout, activations, pooling)
@@ -51,6 +52,17 @@ class UnusedParameters(Transform):
                 f"if it can be skipped, pass find_unused_parameters=True to DistributedDataParallel "
                 f"(a graph walk per step) or freeze it",
             )
+        for cls_name, attr, assign in never_called_layers(self.ast_source.tree, self.ast_source.qualname):
+            stmt = self.statement_at(assign.lineno)
+            if stmt is None:
+                continue
+            self.note(
+                stmt,
+                f"{cls_name}.{attr} is built but nothing in this file uses it: under DDP its "
+                f"parameters get no gradient and the second training step stops (\"Expected to "
+                f"have finished reduction\"); delete it, freeze it before the wrap "
+                f"(requires_grad_(False)), or pass find_unused_parameters=True to DistributedDataParallel",
+            )
         return False  # notes only: no need to walk the tree
 
 
@@ -84,6 +96,53 @@ def conditional_layers(tree: ast.Module, qualname=None) -> Iterator[Tuple[str, s
             if attr in layers and attr not in always and attr not in seen:
                 seen.add(attr)
                 yield cls.name, attr, call
+
+
+def never_called_layers(tree: ast.Module, qualname=None) -> Iterator[Tuple[str, str, ast.Assign]]:
+    """(class, attribute, assignment) for a layer with parameters that a class of
+    the file builds in ``__init__`` (``self.old_fc = nn.Linear(...)``, kept so old
+    checkpoints load) and that nothing in the file refers to again -- no
+    ``.old_fc`` anywhere, no string of its name (``getattr(self, "old_fc")``), in
+    a class whose methods do not walk their own modules (``self.children()``) --
+    in a file that trains (where the model is used, as far as one file shows)."""
+    attributes: dict = {}
+    strings: Set[str] = set()
+    nodes = list(ast.walk(tree))
+    if not any(isinstance(n, ast.Attribute) and n.attr == "backward" for n in nodes):
+        return  # the model trains in another module, which may use the layer
+    for node in nodes:
+        if isinstance(node, ast.Attribute):
+            attributes[node.attr] = attributes.get(node.attr, 0) + 1
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            strings.add(node.value)
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        methods = {f.name: f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        init = methods.get("__init__")
+        if init is None or "forward" not in methods or _walks_own_modules(cls):
+            continue
+        layers = _layers(init, qualname)
+        for node in ast.walk(init):
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and _self_attribute(node.targets[0])):
+                continue
+            attr = node.targets[0].attr
+            if attr in layers and attributes.get(attr) == 1 and attr not in strings:
+                yield cls.name, attr, node
+
+
+def _walks_own_modules(cls: ast.ClassDef) -> bool:
+    """``self.children()``, ``self.modules()``, ``getattr(self, ...)``, ``self._modules``,
+    ``vars(self)``, ``self.__dict__``: a layer may be reached without its name."""
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Attribute) and _self_attribute(node) and node.attr in (
+            "children", "modules", "named_children", "named_modules", "_modules", "__dict__",
+            "parameters", "named_parameters",
+        ):
+            return True
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("getattr", "vars") and node.args and (
+            isinstance(node.args[0], ast.Name) and node.args[0].id == "self"
+        ):
+            return True
+    return False
 
 
 def _layers(init: ast.AST, qualname=None) -> Set[str]:
