@@ -817,6 +817,14 @@ def _opens_to_write(call: ast.AST, modes: str) -> bool:
     return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in modes)
 
 
+def dumped_into_open(src: Source, call: ast.Call) -> Optional[ast.Call]:
+    """The ``open(P, "w")`` of ``json.dump(obj, open(P, "w"))`` (a dump of
+    ``WRITE_DUMPS`` into a file opened for writing in its own arguments)."""
+    if src.qualname(call.func) not in N.WRITE_DUMPS - N.TORCH_SAVE:
+        return None
+    return next((a for a in (*call.args, *(k.value for k in call.keywords)) if _opens_to_write(a, "wax+")), None)
+
+
 def long_lived_writer(src: Source, stmt: ast.With) -> Optional[ast.Call]:
     """The ``open(P, "w")`` of a ``with`` that keeps the file open around other
     work (the training loop) and writes to it there -- ``f.write``, a csv writer,

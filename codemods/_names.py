@@ -61,6 +61,10 @@ ARTIFACT_PATH_ARG = {
     "matplotlib.pyplot.imsave": 0,
     "safetensors.torch.save_file": 1,
     "safetensors.torch.save_model": 1,
+    "numpy.save": 0,
+    "numpy.savez": 0,
+    "numpy.savez_compressed": 0,
+    "numpy.savetxt": 0,
 }
 ARTIFACT_WRITES = frozenset(ARTIFACT_PATH_ARG)
 TORCH_LOAD = frozenset({"torch.load"})

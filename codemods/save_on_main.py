@@ -59,7 +59,7 @@ class SaveOnMainProcess(MainProcessGuard):
     CODE = "DDP302"
     NAME = "save-on-main"
     DESCRIPTION = "Guard torch.save (and the file operations after it) with a main-process check."
-    TRIGGERS = ("save", "open")  # (savefig, save_image too; with open(p, "w"))
+    TRIGGERS = ("save", "open")  # (savefig, save_image, np.save too; with open(p, "w"); json.dump(x, open(p, "w")))
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -85,6 +85,12 @@ class SaveOnMainProcess(MainProcessGuard):
             return "save_pretrained runs on the main process only (every rank would write the same files)"
         if call is not None and self.is_call(call, N.ARTIFACT_WRITES) and not self._per_rank_path(call):
             return f"{P.dotted_name(call.func)} runs on the main process only (every rank would write the same file)"
+        if call is not None and self.is_call(call, N.WRITE_DUMPS) and not self._per_rank_path(call):
+            node = self.ast_call(call)  # json.dump(history, open(path, "w"))
+            if node is not None and A.dumped_into_open(self.ast_source, node) and all(
+                P.is_pure(a.value) or P.dotted_name(getattr(a.value, "func", None) or a.value) == "open" for a in call.args
+            ):
+                return f"{P.dotted_name(call.func)} into a file runs on the main process only (every rank would write the same file)"
         return None
 
     def _per_rank_path(self, call: cst.Call) -> bool:

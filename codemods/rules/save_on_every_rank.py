@@ -9,6 +9,9 @@ from .. import _names as N
 from .._analysis import (
     Source,
     called_unguarded,
+    dotted,
+    dumped_into_open,
+    is_pure,
     is_rank_expr,
     on_main_process_only,
     bound_values,
@@ -95,12 +98,13 @@ class SaveOnEveryRank(Rule):
             yield found
         for call in src.calls:
             name = src.qualname(call.func)
-            if name not in N.TORCH_SAVE and name not in N.ARTIFACT_WRITES or on_main_process_only(src, call):
+            opened = dumped_into_open(src, call)  # json.dump(history, open(path, "w"))
+            if name not in N.TORCH_SAVE and name not in N.ARTIFACT_WRITES and opened is None:
                 continue
-            if _in_writing_with(src, call):
-                continue  # reported at its ``with open(...)``
+            if on_main_process_only(src, call) or _in_writing_with(src, call):
+                continue  # (one in a ``with open(...)`` is reported there)
             index = N.ARTIFACT_PATH_ARG.get(name, 1)
-            target = call.args[index] if len(call.args) > index else None
+            target = opened.args[0] if opened is not None else call.args[index] if len(call.args) > index else None
             if target is not None and (_in_memory(src, target) or _per_rank(src, target)):
                 continue  # a BytesIO buffer, or one file per rank
             func = src.function_of(call)
@@ -108,9 +112,17 @@ class SaveOnEveryRank(Rule):
                 continue
             if name in N.TORCH_SAVE:
                 yield self.diagnostic(src, call)
+            elif opened is not None:
+                found = self.diagnostic(
+                    src, call, f"{dotted(call.func)}(..., open(...)) runs on every rank: the same "
+                    "file is written by each; write it from the main process only (if dist.get_rank() == 0)"
+                )
+                if not all(is_pure(a) for a in call.args if a is not opened):
+                    found.fix = None  # what it writes is computed there: convert leaves it
+                yield found
             else:
                 yield self.diagnostic(
-                    src, call, f"{name.rsplit('.', 1)[-1]} runs on every rank: the same file is written by "
+                    src, call, f"{dotted(call.func) or name.rsplit('.', 1)[-1]} runs on every rank: the same file is written by "
                     "each; write it from the main process only (if dist.get_rank() == 0)"
                 )
 
