@@ -38,6 +38,12 @@ DATA_LOADER = frozenset(
 RANDOM_SAMPLER = frozenset({"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"})
 SEQUENTIAL_SAMPLER = frozenset({"torch.utils.data.SequentialSampler", "torch.utils.data.sampler.SequentialSampler"})
 BATCH_SAMPLER = frozenset({"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"})
+#: torch's samplers that draw from the same data on every rank and have no
+#: DistributedSampler twin (their weights or indices would be lost): for a human
+WEIGHTED_OR_SUBSET_SAMPLER = frozenset({
+    "torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.WeightedRandomSampler",
+    "torch.utils.data.SubsetRandomSampler", "torch.utils.data.sampler.SubsetRandomSampler",
+})
 ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )

@@ -72,12 +72,17 @@ class LoaderWithoutDistributedSampler(Rule):
                 if whole and (kind == "train" or kind == "unknown" and _trained_on(src, call)):
                     found = self.diagnostic(
                         src, call,
-                        f"this training DataLoader's {whole} draws from the whole dataset on every rank: "
-                        "each rank trains on the same data; use a DistributedSampler"
-                        + (" inside the BatchSampler" if batch_sampler is not None else ""),
+                        f"this training DataLoader's {whole} draws from the same data on every rank: "
+                        "each rank trains on the same samples; "
+                        + (
+                            "give each rank its own draws (split the indices by rank, or a weighted "
+                            "sampler that draws num_samples // world_size per rank)"
+                            if "Weighted" in whole or "Subset" in whole else
+                            "use a DistributedSampler" + (" inside the BatchSampler" if batch_sampler is not None else "")
+                        ),
                     )
-                    if batch_sampler is not None:
-                        found.fix = None  # convert leaves a batch sampler for a human
+                    if batch_sampler is not None or whole.startswith(("Weighted", "Subset")):
+                        found.fix = None  # convert leaves a batch sampler, weights or indices for a human
                     yield found
                 continue
             if any(kw.arg is None for kw in call.keywords):
@@ -107,7 +112,7 @@ def _whole_dataset_sampler(src: Source, sampler: ast.AST, at: ast.AST, depth: in
         inner = argument(sampler, 0, "sampler")
         found = _whole_dataset_sampler(src, inner, at, depth + 1) if inner is not None else ""
         return f"BatchSampler({found})" if found else ""
-    if name in N.RANDOM_SAMPLER | N.SEQUENTIAL_SAMPLER:
+    if name in N.RANDOM_SAMPLER | N.SEQUENTIAL_SAMPLER | N.WEIGHTED_OR_SUBSET_SAMPLER:
         return name.rsplit(".", 1)[-1]
     return ""
 
