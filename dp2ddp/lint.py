@@ -384,7 +384,8 @@ def fix_sources(
             if file.changed or file.error:
                 results[file.path] = file
     for path, names in wanted.items():
-        if path in results or "*" in names:
+        names = names - {"*"}  # (a file the conversion left as it was: its other fixes still apply)
+        if path in results or not names:
             continue
         results[path] = apply_transforms(path, sources[path], names)
     for path, file in list(results.items()):

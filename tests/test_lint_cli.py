@@ -300,6 +300,43 @@ def test_a_fix_that_does_not_apply_is_not_promised(tmp_path):
     assert "fixable with --fix" not in fixed.stdout
 
 
+DDP_WITH_DATA_PARALLEL_FALLBACK = """\
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def main(distributed):
+    model = nn.Linear(4, 2)
+    if distributed:
+        dist.init_process_group("gloo")
+        model = nn.parallel.DistributedDataParallel(model)
+        for step in range(3):
+            print("step", step)
+            model(torch.randn(2, 4)).sum().backward()
+    else:
+        model = nn.DataParallel(model)
+    dist.destroy_process_group()
+"""
+
+
+def test_a_ddp_scripts_data_parallel_fallback_offers_no_fix_and_the_other_fixes_apply(tmp_path):
+    # pytorch/examples' ImageNet shape: convert leaves the DataParallel branch of a
+    # script that sets DDP up itself, so lint may not promise it; the print's fix
+    # (in the same file) is applied all the same
+    script = tmp_path / "main.py"
+    script.write_text(DDP_WITH_DATA_PARALLEL_FALLBACK)
+    data = json.loads(lint(script, "--no-config", "--no-cache", "--format", "json").stdout)
+    fixes = {d["code"]: d["fix"] for d in data}
+    assert fixes["DDP001"] is None and fixes["DDP301"] is not None
+    fixed = lint(script, "--no-config", "--no-cache", "--fix")
+    assert fixed.exit_code == 1  # the DataParallel stays, reported
+    assert "dist.get_rank() == 0:\n            print(\"step\", step)" in script.read_text()
+    assert "DDP301" not in fixed.stdout and "DDP001 DataParallel in use" in fixed.stdout
+
+
 def test_each_path_gets_the_configuration_above_it(tmp_path):
     here, there = tmp_path / "here", tmp_path / "proj" / "src"
     here.mkdir()

@@ -67,7 +67,10 @@ class DataParallelInUse(Rule):
                     found.fix = None
                     yield found
                     continue
-                yield self.diagnostic(src, node)
+                found = self.diagnostic(src, node)
+                if _sets_up_ddp_by_hand(src):
+                    found.fix = None  # the non-distributed branch of a DDP script: convert leaves it
+                yield found
             else:
                 yield self.diagnostic(
                     src, node, "functional data_parallel() in use: call a DDP-wrapped module instead"
@@ -85,3 +88,15 @@ class DataParallelInUse(Rule):
                     yield self.diagnostic(
                         src, node, f"class {node.name} subclasses DataParallel: port it to DDP"
                     )
+
+
+def _sets_up_ddp_by_hand(src: Source) -> bool:
+    """The file sets DDP up itself (not through dp2ddp's helper): its DataParallel
+    is the fallback branch (pytorch/examples' ImageNet), which convert leaves."""
+    cached = src.cache.get("sets_up_ddp_by_hand")
+    if cached is None:
+        from .._facts import collect_facts
+
+        facts = collect_facts(src)
+        cached = src.cache["sets_up_ddp_by_hand"] = facts.already_distributed and facts.setup != "dp2ddp"
+    return bool(cached)
