@@ -333,7 +333,7 @@ def test_a_ddp_scripts_data_parallel_fallback_offers_no_fix_and_the_other_fixes_
     assert fixes["DDP001"] is None and fixes["DDP301"] is not None
     fixed = lint(script, "--no-config", "--no-cache", "--fix")
     assert fixed.exit_code == 1  # the DataParallel stays, reported
-    assert "dist.get_rank() == 0:\n            print(\"step\", step)" in script.read_text()
+    assert "dist.get_rank() == 0:\n                print(\"step\", step)" in script.read_text()
     assert "DDP301" not in fixed.stdout and "DDP001 DataParallel in use" in fixed.stdout
 
 
