@@ -409,6 +409,8 @@ def forward_past_the_wrapper(src: Source, wrapped: Set[str]) -> List[Tuple[ast.A
             continue
         loop = next((a for a in src.ancestors(call) if isinstance(a, (ast.For, ast.While, ast.AsyncFor))), None)
         func = src.function_of(call)
+        if _without_gradients(src, call, func):
+            continue  # (targets computed under no_grad: no gradient to average)
         where = loop if loop is not None else func if func is not None else src.tree
         if any(
             isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"

@@ -71,7 +71,7 @@ class DataParallelToDDP(Transform):
         #: branch); not so for one dp2ddp converted, whose DataParallel was left
         self._hand_made = self.role.already_distributed and not self.role.set_up_by_dp2ddp
         self._changes: Optional[list] = None
-        self._past_wrapper_reported = False
+        self._past_wrapper_reported: Set[cst.CSTNode] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
         if self._hand_made:
@@ -246,7 +246,7 @@ class DataParallelToDDP(Transform):
         self._converted.add(original)
         self.changed(original, "DataParallel -> DistributedDataParallel on this process's device")
         self._report_changes_after_wrap(original)
-        self._report_forward_past_the_wrapper()
+        self._report_forward_past_the_wrapper(original)
         return _with_comments(template.with_changes(args=args), updated, kinds)
 
     def _unwraps_itself(self, wraps) -> bool:
@@ -382,19 +382,23 @@ class DataParallelToDDP(Transform):
                 code="DDP202",
             )
 
-    def _report_forward_past_the_wrapper(self) -> None:
-        """``model.module.encoder(x)`` in a training step (lint's DDP308): DataParallel
-        only lost its multi-GPU split there; DDP does not average those gradients."""
-        if self._past_wrapper_reported:
+    def _report_forward_past_the_wrapper(self, wrap: cst.Call) -> None:
+        """``model.module.encoder(x)`` in a training step of the model this wrap
+        (now DDP) is assigned to (lint's DDP308): DataParallel only lost its
+        multi-GPU split there; DDP does not average those gradients."""
+        assign = self.parent(wrap)
+        while isinstance(assign, (cst.Attribute, cst.Call)):  # DataParallel(model).cuda()
+            assign = self.parent(assign)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
             return
-        self._past_wrapper_reported = True
-        src = self.ast_source
-        for stmt, name in A.forward_past_the_wrapper(src, A.ddp_wrapped_names(src, N.DATA_PARALLEL)):
+        name = P.dotted_name(assign.targets[0].target)
+        for stmt, what in A.forward_past_the_wrapper(self.ast_source, {name} if name else set()):
             node = self.statement_at(stmt.lineno)
-            if node is not None:
+            if node is not None and node not in self._past_wrapper_reported:
+                self._past_wrapper_reported.add(node)
                 self.manual(
                     node,
-                    f"{name}(...) runs the model past its DDP wrapper in a training step: DDP does "
+                    f"{what}(...) runs the model past its DDP wrapper in a training step: DDP does "
                     "not average these gradients and the ranks drift apart; call the wrapped model "
                     "instead (return the parts you need from its forward)",
                     code="DDP308",

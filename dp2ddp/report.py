@@ -8,7 +8,7 @@ from typing import List, Optional, Sequence
 import click
 
 from dp2ddp import launch
-from dp2ddp.engine import ConvertResult, FileResult
+from dp2ddp.engine import ConvertResult, FileResult, LineMap
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INTERNAL = 0, 1, 123
 
@@ -67,14 +67,21 @@ def summary(
             lines.append(f"{prefix}: {file.error}")
     manual = [f for file in result.files for f in file.findings if f.kind == "manual"]
     notes = [f for file in result.files for f in file.findings if f.kind == "note"]
+    # a file written now: its findings at their lines in the new file (the old one is gone)
+    moved = {f.path: LineMap(_text(f.output), _text(f.source)) for f in written if f.output is not None}
+
+    def place(f) -> str:
+        line, column = moved[f.path].position(f.line, f.column) if f.path in moved else (f.line, f.column)
+        return f"{f.path}:{line}:{column}"
+
     if manual:
         lines.append("Left for you to do (marked '# dp2ddp:' in the code):")
         for f in sorted(manual, key=lambda f: (f.path, f.line)):
-            lines.append(f"  {f.path}:{f.line}:{f.column}: {f.code} {f.message}")
+            lines.append(f"  {place(f)}: {f.code} {f.message}")
     if notes:
         lines.append("Notes:")
         for f in sorted(notes, key=lambda f: (f.path, f.line)):
-            lines.append(f"  {f.path}:{f.line}:{f.column}: {f.code} {f.message}")
+            lines.append(f"  {place(f)}: {f.code} {f.message}")
     changed = result.changed
     unchanged = [f for f in result.files if not f.changed and f.error is None]
     failed = result.errors

@@ -66,6 +66,38 @@ def test_write_then_check_is_clean(project):
     assert "0 files would be converted" in again.stderr
 
 
+SPOT = b"""import torch
+import torch.nn as nn
+
+
+def main(args):
+    model = nn.Linear(4, 2)
+    model = nn.DataParallel(*[model])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+
+
+if __name__ == "__main__":
+    main(None)
+"""
+
+
+def test_the_spots_of_a_written_file_are_named_at_their_lines_in_it(tmp_path):
+    # the diff names the lines of the file as it is; once it is written, the lines of the new file
+    script = tmp_path / "train.py"
+    script.write_bytes(SPOT)
+    shown = run("convert", str(script))
+    (spot,) = [line for line in shown.stderr.splitlines() if ": DDP001 DataParallel called with" in line]
+    assert spot.strip().startswith(f"{script}:7:")
+    written = run("convert", "--write", str(script))
+    (spot,) = [line for line in written.stderr.splitlines() if ": DDP001 DataParallel called with" in line]
+    line = int(spot.strip().split(":")[1])
+    lines = script.read_text().splitlines()
+    assert lines[line - 1].strip() == "model = nn.DataParallel(*[model])"
+    assert lines[line - 2].strip().startswith("# dp2ddp: DDP001")
+
+
 def test_check_and_diff_together(project):
     result = run("convert", "--check", "--diff", str(project))
     assert result.exit_code == 1
