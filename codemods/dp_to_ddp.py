@@ -251,7 +251,8 @@ class DataParallelToDDP(Transform):
 
     def _unwraps_itself(self, wraps) -> bool:
         """The script takes the bare model where it may be wrapped
-        (``model.module.state_dict() if hasattr(model, "module") else ...``): its
+        (``model.module.state_dict() if hasattr(model, "module") else ...``, or
+        ``isinstance(model, nn.DataParallel)``): its
         checkpoints never had the 'module.' prefix, wrapped or not."""
         names = {
             P.dotted_name(t.target)
@@ -262,6 +263,14 @@ class DataParallelToDDP(Transform):
         for call in P.find(self.module, cst.Call):
             if m.matches(call.func, m.Name("hasattr")) and len(call.args) == 2:
                 if P.dotted_name(call.args[0].value) in names and P.string_value(call.args[1].value) == "module":
+                    return True
+            # ``model.module if isinstance(model, nn.DataParallel) else model``
+            if m.matches(call.func, m.Name("isinstance")) and len(call.args) == 2:
+                wrapper = call.args[1].value
+                types = [e.value for e in wrapper.elements] if isinstance(wrapper, cst.Tuple) else [wrapper]
+                if P.dotted_name(call.args[0].value) in names and any(
+                    self.is_ref(t, N.DATA_PARALLEL | N.DDP) for t in types
+                ):
                     return True
         return False
 
