@@ -363,6 +363,14 @@ class DataParallelToDDP(Transform):
             f"DataParallel around the frozen {name} -> {name} on this process's device: DDP refuses "
             "a module without trainable parameters (nothing to average); each process runs its own copy",
         )
+        stmt = self.statement_of(original)
+        if (
+            m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget()])]))
+            and P.dotted_name(module_arg)
+            and P.dotted_name(stmt.body[0].targets[0].target) == P.dotted_name(module_arg)
+            and _unmoved(stmt.body[0].value) is original
+        ):
+            self.replace_statement(stmt, [])  # ``teacher = teacher``: nothing left to do
         return module_arg
 
     # model = DDP(model); model.half() ------------------------------------------
