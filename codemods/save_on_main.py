@@ -251,9 +251,42 @@ class SaveOnMainProcess(MainProcessGuard):
 
     def after_run(self, run: Sequence[cst.BaseStatement]) -> List[cst.BaseStatement]:
         paths = self._run_paths(run)
-        if not paths & self._paths_loaded():
+        if not paths & self._paths_loaded() or self._read_only_before(run[0], paths):
             return []
         return self._barrier_after(run[0], "other ranks read the file later")
+
+    def _read_only_before(self, stmt: cst.BaseStatement, paths: Set[str]) -> bool:
+        """Every read of the saved file is earlier in the same function, outside the
+        loops around the save (``if os.path.exists(ckpt): ... torch.load(ckpt)`` to
+        resume, then saves every N steps): the file is read by a later run, not
+        this one -- a barrier after each save would only make every step wait."""
+        func = self.enclosing_function(stmt)
+        line = self.position(stmt)[0]
+        loops = [a for a in self.ancestors(stmt) if isinstance(a, (cst.For, cst.While))]
+        loads = [
+            c for c in self._loads_in(self.module, files=True)
+            if c.args and self._file_of(c.args[0].value) in paths
+        ]
+        return bool(loads) and self._runs_once(func) and all(
+            self.enclosing_function(load) is func
+            and self.position(load)[0] < line
+            and not any(any(n is load for n in P.walk(loop)) for loop in loops)
+            for load in loads
+        )
+
+    def _runs_once(self, func: Optional[cst.FunctionDef]) -> bool:
+        """Module-level code, or a function of this file that it calls, outside any
+        loop, once (``main()``): its earlier statements do not run again."""
+        if func is None:
+            return True
+        if self.enclosing_function(func) is not None:
+            return False
+        src = self.ast_source
+        node = next((f for f in src.tree.body if isinstance(f, ast.FunctionDef) and f.name == func.name.value), None)
+        calls = A.calls_of(src, node) if node is not None else []
+        return len(calls) == 1 and not any(
+            isinstance(a, (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef, ast.AsyncFunctionDef)) for a in src.ancestors(calls[0])
+        )
 
     def _barrier_after(self, stmt: cst.BaseStatement, why: str) -> List[cst.BaseStatement]:
         """A barrier after ``stmt`` -- or after the if/with/try that holds it, where
