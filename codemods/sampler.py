@@ -281,7 +281,7 @@ class DistributedSamplerTransform(Transform):
             [a for a in loader.args if a.keyword is None and not a.star]
         ) > 3
 
-    def _custom_sampler_message(self, keyword: str, value: cst.BaseExpression) -> str:
+    def _custom_sampler_message(self, keyword: str, value: cst.BaseExpression, loader: cst.Call) -> str:
         code = self.module.code_for_node(value)
         if isinstance(value, cst.Name):
             assigned = self.only_value(value, pure=False)
@@ -299,9 +299,15 @@ class DistributedSamplerTransform(Transform):
                 f"DistributedSampler(dataset, shuffle={shuffle}) instead, so that each rank gets "
                 "its own part of the data"
             )
+        per_process = (
+            " and divide its batch_size by the world size (it is per process now: the global batch "
+            "grows with the number of processes)"
+            if keyword == "sampler" and self.settings.batch_size != "per-process" and _arg(loader, 1, "batch_size") is not None
+            else ""
+        )
         return (
             f"training DataLoader with a custom {keyword}= ({code}): shard it across ranks by hand "
-            "(each rank must see a different part of the data)"
+            f"(each rank must see a different part of the data){per_process}"
         )
 
     def _convert(self, original: cst.Call, updated: cst.Call, why: str) -> cst.BaseExpression:
@@ -313,7 +319,7 @@ class DistributedSamplerTransform(Transform):
                 continue  # (``sampler=None``: DataLoader's default, dropped below)
             if self.is_call(value, N.DISTRIBUTED_SAMPLER):
                 return updated  # converted already
-            self.manual(original, self._custom_sampler_message(keyword, value))
+            self.manual(original, self._custom_sampler_message(keyword, value, original))
             return updated
         dataset = _arg(original, 0, "dataset")
         if dataset is not None and self._iterable_dataset(original):
