@@ -364,13 +364,19 @@ class DataParallelToDDP(Transform):
             "a module without trainable parameters (nothing to average); each process runs its own copy",
         )
         stmt = self.statement_of(original)
+        block = self.parent(stmt)
+        owner = self.parent(block) if isinstance(block, cst.IndentedBlock) else block
         if (
-            m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget()])]))
+            isinstance(owner, (cst.FunctionDef, cst.Module))
+            and len(block.body) > 1
+            and m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget()])]))
             and P.dotted_name(module_arg)
             and P.dotted_name(stmt.body[0].targets[0].target) == P.dotted_name(module_arg)
             and _unmoved(stmt.body[0].value) is original
         ):
-            self.replace_statement(stmt, [])  # ``teacher = teacher``: nothing left to do
+            # ``teacher = teacher``: nothing left to do (in a function's or the module's
+            # own body only: a guard around it takes its wraps out itself)
+            self.replace_statement(stmt, [])
         return module_arg
 
     # model = DDP(model); model.half() ------------------------------------------
