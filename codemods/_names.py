@@ -73,6 +73,8 @@ ARTIFACT_PATH_ARG = {
     "numpy.savetxt": 0,
 }
 ARTIFACT_WRITES = frozenset(ARTIFACT_PATH_ARG)
+#: what reads such a file back (path first): a save of it then needs a barrier
+ARTIFACT_READS = frozenset({"numpy.load", "numpy.loadtxt", "safetensors.torch.load_file", "matplotlib.pyplot.imread"})
 TORCH_LOAD = frozenset({"torch.load"})
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
 BARRIER = frozenset({"torch.distributed.barrier", "torch.distributed.distributed_c10d.barrier"})

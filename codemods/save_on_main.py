@@ -84,6 +84,8 @@ class SaveOnMainProcess(MainProcessGuard):
         ):  # Hugging Face models, tokenizers, configs: a folder of files each rank would write
             return "save_pretrained runs on the main process only (every rank would write the same files)"
         if call is not None and self.is_call(call, N.ARTIFACT_WRITES) and not self._per_rank_path(call):
+            if not all(P.is_pure(a.value) for a in call.args):
+                return None  # (what it writes is computed here: maybe a collective every rank must run)
             return f"{P.dotted_name(call.func)} runs on the main process only (every rank would write the same file)"
         if call is not None and self.is_call(call, N.WRITE_DUMPS) and not self._per_rank_path(call):
             node = self.ast_call(call)  # json.dump(history, open(path, "w"))
@@ -462,7 +464,7 @@ class SaveOnMainProcess(MainProcessGuard):
         """``torch.load`` calls in ``scope`` -- and, with ``files``, ``open(p)`` to read."""
         return [
             c for c in _calls(scope)
-            if self.is_call(c, N.TORCH_LOAD) or files and _reads(c)
+            if self.is_call(c, N.TORCH_LOAD) or files and (_reads(c) or self.is_call(c, N.ARTIFACT_READS))
         ]
 
     def _run_paths(self, run: Sequence[cst.BaseStatement]) -> Set[str]:
@@ -477,6 +479,12 @@ class SaveOnMainProcess(MainProcessGuard):
             call = stmt.items[0].item
             # (the path as the loads see it: through a variable assigned once)
             return self._file_of(call.args[0].value) if isinstance(call, cst.Call) and call.args else None
+        if call is not None and self.is_call(call, N.ARTIFACT_WRITES):  # np.save(path, x)
+            index = next(N.ARTIFACT_PATH_ARG[q] for q in self.qnames(call.func) if q in N.ARTIFACT_PATH_ARG)
+            return self._file_of(call.args[index].value) if len(call.args) > index else None
+        if call is not None and self.is_call(call, N.WRITE_DUMPS):  # json.dump(x, open(path, "w"))
+            opened = next((a.value for a in call.args if isinstance(a.value, cst.Call) and _writes(a.value)), None)
+            return self._file_of(opened.args[0].value) if opened is not None and opened.args else None
         return None
 
     def _opened(self, item: cst.WithItem) -> Optional[str]:

@@ -121,10 +121,13 @@ class SaveOnEveryRank(Rule):
                     found.fix = None  # what it writes is computed there: convert leaves it
                 yield found
             else:
-                yield self.diagnostic(
+                found = self.diagnostic(
                     src, call, f"{dotted(call.func) or name.rsplit('.', 1)[-1]} runs on every rank: the same file is written by "
                     "each; write it from the main process only (if dist.get_rank() == 0)"
                 )
+                if not all(is_pure(a) for a in call.args):
+                    found.fix = None  # what it writes is computed there (maybe a collective): convert leaves it
+                yield found
 
 
 #: (convert reports the same spot with it)
