@@ -395,9 +395,13 @@ def runs_no_forward(method: str) -> bool:
 
 def forward_past_the_wrapper(src: Source, wrapped: Set[str]) -> List[Tuple[ast.AST, str]]:
     """``(statement, what)`` for ``model.module(x)`` / ``model.module.encoder(x)`` of a
-    model named in ``wrapped`` where a ``backward()`` follows in its loop (or
-    later in its function): a training step that runs the model, or a part of
-    it, past the DDP wrapper -- whose gradients DDP then never averages."""
+    model named in ``wrapped`` whose result reaches a later ``backward()`` of its
+    function (through the names it is assigned to): a training step that runs the
+    model, or a part of it, past the DDP wrapper -- whose gradients DDP then never
+    averages.  Not: calls under ``no_grad`` or taken off the graph (``.detach()``,
+    ``.item()``), whose result no backward uses (``freeze_bn()``, an EMA update, a
+    sample for the log), or that post-process the wrapped model's own output
+    (``model.module.compute_loss(model(x), y)``)."""
     found = []
     for call in src.calls:
         name = dotted(call.func)
@@ -407,20 +411,73 @@ def forward_past_the_wrapper(src: Source, wrapped: Set[str]) -> List[Tuple[ast.A
         part = name[len(owner) + len(".module."):] if name != f"{owner}.module" else ""
         if part and runs_no_forward(part.rsplit(".", 1)[-1]):
             continue
-        loop = next((a for a in src.ancestors(call) if isinstance(a, (ast.For, ast.While, ast.AsyncFor))), None)
         func = src.function_of(call)
         if _without_gradients(src, call, func):
             continue  # (targets computed under no_grad: no gradient to average)
-        where = loop if loop is not None else func if func is not None else src.tree
-        if any(
-            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
-            and (loop is not None or (n.lineno, n.col_offset) > (call.lineno, call.col_offset))
-            for n in ast.walk(where)
-        ):
+        holder = src.parent(call)
+        if isinstance(holder, ast.Attribute) and holder.attr in ("detach", "item", "tolist", "numpy", "detach_"):
+            continue
+        body = func.body if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) else src.tree.body
+        statements = sorted(
+            (n for stmt in body for n in _walk_here(stmt) if isinstance(n, ast.stmt)),
+            key=lambda n: (n.lineno, n.col_offset),
+        )  # (the function's statements, nested ones too, in the order they are written)
+        outputs = _assigned_from(statements, lambda e: any(
+            isinstance(c, ast.Call) and dotted(c.func) == owner for c in ast.walk(e)
+        ))
+        if any(_references(a) & outputs for a in (*call.args, *(k.value for k in call.keywords))):
+            continue  # post-processes the wrapped model's output (a loss of its own)
+        if _reaches_backward(src, call, statements):
             stmt = _statement_of(src, call)
             if all(stmt is not seen for seen, _ in found):
                 found.append((stmt, name))
     return found
+
+
+def _references(node: ast.AST) -> Set[str]:
+    return {dotted(n) for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))} - {""}
+
+
+def _targets(stmt: ast.stmt) -> Set[str]:
+    if isinstance(stmt, ast.Assign):
+        return {dotted(n) for t in stmt.targets for n in ast.walk(t) if isinstance(n, (ast.Name, ast.Attribute))} - {""}
+    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+        return {dotted(stmt.target)} - {""}
+    return set()
+
+
+def _assigned_from(statements, test) -> Set[str]:
+    """The names assigned (directly or through later assignments) from a value
+    that passes ``test``."""
+    names: Set[str] = set()
+    for stmt in statements:
+        value = getattr(stmt, "value", None)
+        if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and value is not None:
+            if test(value) or _references(value) & names:
+                names |= _targets(stmt)
+    return names
+
+
+def _reaches_backward(src: Source, call: ast.Call, statements) -> bool:
+    """The value of ``call`` flows into the receiver of a later ``backward()``."""
+    start = _statement_of(src, call)
+    tainted: Set[str] = set()
+    for stmt in statements:
+        if (stmt.lineno, stmt.col_offset) < (start.lineno, start.col_offset):
+            continue
+        compound = isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try))
+        for node in () if compound else ast.walk(stmt):  # (a compound's statements come one by one)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
+                receiver = node.func.value
+                if _references(receiver) & tainted or any(n is call for n in ast.walk(receiver)):
+                    return True
+        value = getattr(stmt, "value", None)
+        if stmt is start or value is not None and _references(value) & tainted:
+            tainted |= _targets(stmt)
+            if isinstance(stmt, ast.Expr) and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+                if value.func.attr in ("append", "extend", "add", "update"):
+                    tainted.add(dotted(value.func.value))  # losses.append(z)
+    return False
 
 
 # ------------------------------------------------------------------ ranks
