@@ -264,12 +264,22 @@ class DataParallelToDDP(Transform):
             if m.matches(call.func, m.Name("hasattr")) and len(call.args) == 2:
                 if P.dotted_name(call.args[0].value) in names and P.string_value(call.args[1].value) == "module":
                     return True
-            # ``model.module if isinstance(model, nn.DataParallel) else model``
+            # ``model.module if isinstance(model, nn.DataParallel) else model`` (the test
+            # picks ``.module``, not only says which it is)
             if m.matches(call.func, m.Name("isinstance")) and len(call.args) == 2:
-                wrapper = call.args[1].value
+                wrapper, name = call.args[1].value, P.dotted_name(call.args[0].value)
                 types = [e.value for e in wrapper.elements] if isinstance(wrapper, cst.Tuple) else [wrapper]
-                if P.dotted_name(call.args[0].value) in names and any(
-                    self.is_ref(t, N.DATA_PARALLEL | N.DDP) for t in types
+                test_of = self.parent(call)
+                picked = (
+                    test_of.body if isinstance(test_of, cst.IfExp) and test_of.test is call
+                    else test_of.body if isinstance(test_of, cst.If) and test_of.test is call
+                    else None
+                )
+                if (
+                    name in names
+                    and any(self.is_ref(t, N.DATA_PARALLEL | N.DDP) for t in types)
+                    and picked is not None
+                    and any(P.dotted_name(a) == f"{name}.module" for a in P.find(picked, cst.Attribute))
                 ):
                     return True
         return False

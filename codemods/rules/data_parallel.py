@@ -98,5 +98,7 @@ def _sets_up_ddp_by_hand(src: Source) -> bool:
         from .._facts import collect_facts
 
         facts = collect_facts(src)
-        cached = src.cache["sets_up_ddp_by_hand"] = facts.already_distributed and facts.setup != "dp2ddp"
+        # (its own init_process_group/spawn: a module with a DDP wrap and no set-up of
+        # its own may belong to a program dp2ddp set up, whose DataParallel convert finishes)
+        cached = src.cache["sets_up_ddp_by_hand"] = facts.setup == "hand"
     return bool(cached)

@@ -7,8 +7,8 @@ from typing import Iterator
 
 from .. import _names as N
 from .._analysis import (
-    Source, argument, assigned_name, bound_values, calls_method, classify_loader, dotted, is_none, iterable_dataset, iterated,
-    uses_distributed,
+    Source, argument, assigned_name, bound_values, calls_method, classify_loader, dotted, is_none, is_rank_expr,
+    iterable_dataset, iterated, last_name, uses_distributed,
 )
 from ._base import Diagnostic, Rule
 
@@ -112,9 +112,22 @@ def _whole_dataset_sampler(src: Source, sampler: ast.AST, at: ast.AST, depth: in
         inner = argument(sampler, 0, "sampler")
         found = _whole_dataset_sampler(src, inner, at, depth + 1) if inner is not None else ""
         return f"BatchSampler({found})" if found else ""
+    if name in N.WEIGHTED_OR_SUBSET_SAMPLER and _per_rank_arguments(src, sampler):
+        return ""  # ``SubsetRandomSampler(indices[rank::world_size])``: this rank's own draws
     if name in N.RANDOM_SAMPLER | N.SEQUENTIAL_SAMPLER | N.WEIGHTED_OR_SUBSET_SAMPLER:
         return name.rsplit(".", 1)[-1]
     return ""
+
+
+def _per_rank_arguments(src: Source, sampler: ast.Call) -> bool:
+    """The sampler's arguments (or the values of the names in them) use the rank
+    or the world size: its indices, sample count or generator are per rank."""
+    values = [*sampler.args, *(k.value for k in sampler.keywords)]
+    values += [v for a in list(values) if isinstance(a, ast.Name) for v in bound_values(src, a.id, src.function_of(sampler))]
+    return any(
+        is_rank_expr(src, n) or "world" in dotted(n).lower() or last_name(getattr(n, "func", n)) == "get_world_size"
+        for value in values for n in ast.walk(value) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
+    )
 
 
 def _trained_on(src: Source, call: ast.Call) -> bool:
