@@ -110,6 +110,15 @@ def never_called_layers(tree: ast.Module, qualname=None) -> Iterator[Tuple[str, 
     nodes = list(ast.walk(tree))
     if not any(isinstance(n, ast.Attribute) and n.attr == "backward" for n in nodes):
         return  # the model trains in another module, which may use the layer
+    if any(isinstance(n, ast.Attribute) and n.attr in ("requires_grad", "requires_grad_") for n in nodes):
+        return  # the file freezes parameters itself (maybe these: a frozen layer is no unused one)
+    if any(
+        isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("getattr", "setattr", "hasattr")
+        and len(n.args) > 1 and not isinstance(n.args[1], ast.Constant)
+        for n in nodes
+    ):
+        return  # layers reached by computed names (``getattr(m, "up" + k)``)
+    built = {getattr(n.func, "id", "") for n in nodes if isinstance(n, ast.Call)}
     for node in nodes:
         if isinstance(node, ast.Attribute):
             attributes[node.attr] = attributes.get(node.attr, 0) + 1
@@ -118,8 +127,10 @@ def never_called_layers(tree: ast.Module, qualname=None) -> Iterator[Tuple[str, 
     for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
         methods = {f.name: f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
         init = methods.get("__init__")
-        if init is None or "forward" not in methods or _walks_own_modules(cls):
-            continue
+        if init is None or "forward" not in methods or _walks_own_modules(cls) or cls.name not in built:
+            continue  # (a class the file does not build may be used elsewhere)
+        if not all(dotted_base in ("nn.Module", "torch.nn.Module", "Module") for dotted_base in map(_dotted, cls.bases)):
+            continue  # a subclass: its base's code (``super().forward``) may use the layer
         layers = _layers(init, qualname)
         for node in ast.walk(init):
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and _self_attribute(node.targets[0])):
@@ -127,6 +138,12 @@ def never_called_layers(tree: ast.Module, qualname=None) -> Iterator[Tuple[str, 
             attr = node.targets[0].attr
             if attr in layers and attributes.get(attr) == 1 and attr not in strings:
                 yield cls.name, attr, node
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
 
 
 def _walks_own_modules(cls: ast.ClassDef) -> bool:
