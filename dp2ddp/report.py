@@ -69,9 +69,13 @@ def summary(
     notes = [f for file in result.files for f in file.findings if f.kind == "note"]
     # a file written now: its findings at their lines in the new file (the old one is gone)
     moved = {f.path: LineMap(_text(f.output), _text(f.source)) for f in written if f.output is not None}
+    marked = _marked_lines(written, manual)
 
     def place(f) -> str:
-        line, column = moved[f.path].position(f.line, f.column) if f.path in moved else (f.line, f.column)
+        if id(f) in marked:
+            line, column = marked[id(f)]
+        else:
+            line, column = moved[f.path].position(f.line, f.column) if f.path in moved else (f.line, f.column)
         return f"{f.path}:{line}:{column}"
 
     if manual:
@@ -100,6 +104,30 @@ def summary(
     if entries and mode != "check":
         lines.extend(launch.instructions(entries, nproc))
     return lines
+
+
+def _marked_lines(written: Sequence[FileResult], manual) -> dict:
+    """id(finding) -> (line, column) of the statement its ``# dp2ddp:`` marker stands
+    above, in the written file: exact, also where the statement itself was rewritten."""
+    places = {}
+    for file in written:
+        if file.output is None:
+            continue
+        lines = _text(file.output).splitlines()
+        at = {}  # marker text -> the lines of the statements it marks, in order
+        for index, text in enumerate(lines):
+            if text.strip().startswith("# dp2ddp:"):
+                below = next((j for j in range(index + 1, len(lines)) if not lines[j].strip().startswith("#")), None)
+                if below is not None:
+                    at.setdefault(text.strip(), []).append(below)
+        own = sorted((f for f in manual if f.path == file.path), key=lambda f: (f.line, f.column))
+        for f in own:
+            found = at.get(f"# dp2ddp: {f.code} {f.message}")
+            if found:
+                below = found.pop(0)
+                text = lines[below]
+                places[id(f)] = (below + 1, len(text) - len(text.lstrip()) + 1)
+    return places
 
 
 def exit_code(result: ConvertResult, mode: Optional[str], write_errors: Sequence[str] = ()) -> int:
