@@ -1667,12 +1667,13 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
 
     for assign, name, later_statements in _wrapped_models(src, wrappers):
         reported: Set[ast.AST] = set()
-        later_statements = list(later_statements)
-        for index, later in enumerate(later_statements):
+        later_statements = iter(later_statements)
+        for later in later_statements:
             if trains(later):
                 # training has started: from here on only a switch of requires_grad
                 # that more training follows (gradual unfreezing) is reported
-                found += _grad_switches_in_training(src, later_statements[index:], name, assign.lineno, trains)
+                if "requires_grad" in src.text:
+                    found += _grad_switches_in_training(src, [later, *later_statements], name, assign.lineno, trains)
                 break
             for node, what in _parameter_changes(later, name):
                 stmt = _statement_of(src, node)
@@ -1698,11 +1699,13 @@ def _grad_switches_in_training(src: Source, statements, name: str, wrap_line: in
     gradient when it was built: ones unfrozen later drift apart per rank, silently."""
     found = []
     for index, stmt in enumerate(statements):
-        more_training = any(trains(s) for s in statements[index + 1:])
-        loops = [n for n in _walk_here(stmt) if isinstance(n, (ast.For, ast.While)) and trains(n)]
         switches = [(n, w) for n, w in _parameter_changes(stmt, name) if w in ("requires_grad set", ".requires_grad_()")]
+        if not switches:
+            continue  # (most statements: the walks below only where a switch is)
         if {True, False} <= {v for n, _ in switches for v in _grad_values(n)}:
             continue  # switched off and on again (an evaluation pass, a GAN's alternating steps)
+        more_training = any(trains(s) for s in statements[index + 1:])
+        loops = [n for n in _walk_here(stmt) if isinstance(n, (ast.For, ast.While)) and trains(n)]
         for node, what in switches:
             if more_training or any(_inside(node, loop) for loop in loops):
                 found.append((_statement_of(src, node), wrap_line, name, f"{what} during training"))
