@@ -41,28 +41,26 @@ class UnusedParameters(Transform):
         return role.in_program and not role.already_distributed
 
     def visit_Module(self, node: cst.Module) -> bool:
-        for cls_name, attr, call in conditional_layers(self.ast_source.tree, self.ast_source.qualname):
-            stmt = self.statement_at(call.lineno)
-            if stmt is None:
-                continue
-            self.note(
-                stmt,
-                f"{cls_name}.forward calls self.{attr} only under a condition: under DDP a training "
-                f"step that skips it stops the next one (\"Expected to have finished reduction\"); "
-                f"if it can be skipped, pass find_unused_parameters=True to DistributedDataParallel "
-                f"(a graph walk per step) or freeze it",
-            )
-        for cls_name, attr, assign in never_called_layers(self.ast_source.tree, self.ast_source.qualname):
-            stmt = self.statement_at(assign.lineno)
-            if stmt is None:
-                continue
-            self.note(
-                stmt,
-                f"{cls_name}.{attr} is built but nothing in this file uses it: under DDP its "
-                f"parameters get no gradient and the second training step stops (\"Expected to "
-                f"have finished reduction\"); delete it, freeze it before the wrap "
-                f"(requires_grad_(False)), or pass find_unused_parameters=True to DistributedDataParallel",
-            )
+        tree, qualname = self.ast_source.tree, self.ast_source.qualname
+        notes = [
+            (call.lineno,
+             f"{cls_name}.forward calls self.{attr} only under a condition: under DDP a training "
+             f"step that skips it stops the next one (\"Expected to have finished reduction\"); "
+             f"if it can be skipped, pass find_unused_parameters=True to DistributedDataParallel "
+             f"(a graph walk per step) or freeze it")
+            for cls_name, attr, call in conditional_layers(tree, qualname)
+        ] + [
+            (assign.lineno,
+             f"{cls_name}.{attr} is built but nothing in this file uses it: under DDP its "
+             f"parameters get no gradient and the second training step stops (\"Expected to "
+             f"have finished reduction\"); delete it, freeze it before the wrap "
+             f"(requires_grad_(False)), or pass find_unused_parameters=True to DistributedDataParallel")
+            for cls_name, attr, assign in never_called_layers(tree, qualname)
+        ]
+        for line, message in notes:
+            stmt = self.statement_at(line)
+            if stmt is not None:
+                self.note(stmt, message)
         return False  # notes only: no need to walk the tree
 
 
