@@ -358,7 +358,7 @@ def _uses_distributed(src: Source) -> bool:
 def ddp_wrapped_names(src: Source, wrappers: FrozenSet[str] = N.DDP) -> Set[str]:
     """Names (``model``, ``self.model``) assigned a DistributedDataParallel (or
     another of ``wrappers``: DataParallel, for convert)."""
-    key = f"wrapped:{min(wrappers)}"
+    key = f"wrapped:{','.join(sorted(wrappers))}"
     if key in src.cache:
         return src.cache[key]  # type: ignore[return-value]
     names = set()
@@ -1138,7 +1138,8 @@ def evaluated_only(src: Source, call: ast.Call) -> bool:
     return bool(uses)
 
 
-_NO_GRAD = frozenset({"no_grad", "inference_mode"})
+#: the context managers and decorators that turn gradients off (also convert's sampler)
+NO_GRAD = frozenset({"no_grad", "inference_mode"})
 
 
 def _without_gradients(src: Source, node: ast.AST, func: ast.AST) -> bool:
@@ -1148,12 +1149,12 @@ def _without_gradients(src: Source, node: ast.AST, func: ast.AST) -> bool:
         if anc is func:
             break
         if isinstance(anc, (ast.With, ast.AsyncWith)) and any(
-            isinstance(item.context_expr, ast.Call) and last_name(item.context_expr.func) in _NO_GRAD
+            isinstance(item.context_expr, ast.Call) and last_name(item.context_expr.func) in NO_GRAD
             for item in anc.items
         ):
             return True
     return any(
-        last_name(d.func if isinstance(d, ast.Call) else d) in _NO_GRAD for d in getattr(func, "decorator_list", ())
+        last_name(d.func if isinstance(d, ast.Call) else d) in NO_GRAD for d in getattr(func, "decorator_list", ())
     )
 
 
@@ -1248,7 +1249,7 @@ def _walk_training(loop: ast.AST) -> Iterator[ast.AST]:
                 continue
             if isinstance(node, ast.With) and any(
                 isinstance(item.context_expr, ast.Call)
-                and last_name(item.context_expr.func) in ("no_grad", "inference_mode")
+                and last_name(item.context_expr.func) in NO_GRAD
                 for item in node.items
             ):
                 continue

@@ -66,7 +66,6 @@ def {name}(global_batch_size):
 
 
 #: contexts and decorators under which no gradient is recorded
-_NO_GRAD = frozenset({"no_grad", "inference_mode"})
 #: functions that evaluate (``evaluate``, ``validate``, ``test_epoch``, ``run_eval``)
 _EVAL_FUNCTION = re.compile(r"(?i)(^|_)(val|valid|validate|validation|eval|evaluate|evaluation|test)(_|$)")
 
@@ -591,25 +590,20 @@ class DistributedSamplerTransform(Transform):
         parent = self.parent(call)
         if isinstance(parent, cst.Attribute) and parent.attr.value in ("item", "tolist", "detach"):
             return False
-        return not self._without_gradients(call)
-
-    def _without_gradients(self, node: cst.CSTNode) -> bool:
-        """``node`` runs under ``torch.no_grad()``/``inference_mode()`` (a ``with``, a
-        decorator) or in an evaluation function (``evaluate``, ``validate``)."""
-        for anc in self.ancestors(node):
+        for anc in self.ancestors(call):
             if isinstance(anc, cst.With) and any(
-                isinstance(item.item, cst.Call) and P.dotted_name(item.item.func).rsplit(".", 1)[-1] in _NO_GRAD
+                isinstance(item.item, cst.Call) and P.dotted_name(item.item.func).rsplit(".", 1)[-1] in A.NO_GRAD
                 for item in anc.items
             ):
-                return True
+                return False
             if isinstance(anc, cst.FunctionDef):
                 if _EVAL_FUNCTION.search(anc.name.value) or any(
                     P.dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
-                    .rsplit(".", 1)[-1] in _NO_GRAD
+                    .rsplit(".", 1)[-1] in A.NO_GRAD
                     for d in anc.decorators
                 ):
-                    return True
-        return False
+                    return False
+        return True
 
     def _iterable_dataset(self, loader: cst.Call) -> bool:
         """The loader's dataset is an ``IterableDataset`` (``_analysis.iterable_dataset``,
