@@ -14,6 +14,7 @@ from .._analysis import (
     is_collective,
     is_main_process_check,
     is_not_main_check,
+    last_name,
     rank_branch,
     uses_distributed,
 )
