@@ -44,7 +44,7 @@ def files_of(root: Path) -> List[Path]:
 
 def check_corpus(name: str) -> Dict[str, object]:
     from dp2ddp.engine import convert_sources
-    from dp2ddp.lint import LintInternalError, lint_sources
+    from dp2ddp.lint import lint_sources
 
     root = corpus_path(name)
     paths = files_of(root)
@@ -104,11 +104,11 @@ def check_corpus(name: str) -> Dict[str, object]:
     started = time.perf_counter()
     lint_crashes = 0
     findings = 0
-    try:
-        findings = len(lint_sources(sources).diagnostics)
-    except LintInternalError as exc:
+    linted = lint_sources(sources)
+    findings = len(linted.diagnostics)
+    for crash in linted.crashes:
         lint_crashes += 1
-        print(f"  lint crashed: {str(exc).splitlines()[0]}", file=sys.stderr)
+        print(f"  lint crashed: {crash.splitlines()[0]}", file=sys.stderr)
     lint_time = time.perf_counter() - started
     figures.update(
         {

@@ -342,7 +342,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
     from dp2ddp import formats
     from dp2ddp.codemods.rules import RULES
     from dp2ddp.config import ConfigError, check_selectors, find_pyproject, load_config
-    from dp2ddp.lint import LintInternalError, drop_failed_fixes, failing, fix_edits, fixable, lint_sources
+    from dp2ddp.lint import drop_failed_fixes, failing, fix_edits, fixable, lint_sources
     from dp2ddp.runner import ConvertRun, LintRun
 
     from dp2ddp.cache import LintCache, disabled_by_environment
@@ -405,28 +405,25 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
             # a folder that cannot be listed is a part of the run that was not checked
             (write_errors if skip_is_error(why) else warnings).append(f"{path}: {why}")
         progress = _progress_bar() if sys.stderr.isatty() and len(sources) >= 200 else None
-        try:
-            result = lint_sources(
-                sources, config, workers=workers, cache=cache, progress=progress, release=not fix
-            )
-            # a file that could not be read is dropped from ``sources``: said once
-            write_errors += result.unreadable
-            if fix:
-                # a fix can open the way to another (DDP001's wrap, then DDP303's
-                # .module): fix again while that helps, a few rounds at most
-                for _ in range(3):
-                    before = result.diagnostics
-                    fixed = run.fix(sources, before, unsafe_fixes)
-                    if fixed:
-                        result = lint_sources(sources, config, workers=workers, cache=cache)
-                        write_errors += result.unreadable
-                    drop_failed_fixes(before, result.diagnostics, unsafe_fixes)
-                    fixed_paths += [p for p in fixed if p not in fixed_paths]
-                    if not fixed or not any(fixable(d, unsafe_fixes) for d in result.diagnostics):
-                        break
-        except LintInternalError as exc:
-            click.echo(f"dp2ddp: internal error: {exc}\nThis is a bug in dp2ddp, please report it.", err=True)
-            sys.exit(EXIT_INTERNAL)
+        result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress, release=not fix)
+        # a file that could not be read is dropped from ``sources``: said once
+        write_errors += result.unreadable
+        if fix:
+            # a fix can open the way to another (DDP001's wrap, then DDP303's
+            # .module): fix again while that helps, a few rounds at most
+            for _ in range(3):
+                before = result.diagnostics
+                fixed = run.fix(sources, before, unsafe_fixes)
+                if fixed:
+                    result = lint_sources(sources, config, workers=workers, cache=cache)
+                    write_errors += result.unreadable
+                drop_failed_fixes(before, result.diagnostics, unsafe_fixes)
+                fixed_paths += [p for p in fixed if p not in fixed_paths]
+                if not fixed or not any(fixable(d, unsafe_fixes) for d in result.diagnostics):
+                    break
+        # a rule that crashed on a file (of the files as they are now) is a bug in
+        # dp2ddp: said after the findings of every other rule and file, exit 123
+        internal_errors += [f"{crash}This is a bug in dp2ddp, please report it." for crash in result.crashes]
         if cache is not None:
             cache.save()
         if progress is not None:

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import PurePath
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from dp2ddp.codemods._analysis import Source, decode, decode_position
 from dp2ddp.codemods.rules import BY_CODE, RULES, Diagnostic, Rule
@@ -42,10 +42,6 @@ _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9_]+(?:[\s,]+[A-Za-z0-9_]
 _OUR_CODE = re.compile(r"^DDP\d+$")
 
 
-class LintInternalError(Exception):
-    """A rule crashed (a bug in dp2ddp): exit code 123."""
-
-
 @dataclass
 class LintResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
@@ -53,6 +49,18 @@ class LintResult:
     parsed: int = 0
     #: "path: cannot read: why" for files that could not be read when linted
     unreadable: List[str] = field(default_factory=list)
+    #: "path: rule CODE crashed: why" -- a bug in dp2ddp (exit 123); the other
+    #: rules' findings on that file, and every other file's, are still reported
+    crashes: List[str] = field(default_factory=list)
+
+
+class FileLint(NamedTuple):
+    """What linting one file gave: its findings, whether it was parsed, and the
+    rules that crashed on it (one "path: rule CODE crashed: ..." line each)."""
+
+    findings: List[Diagnostic]
+    parsed: bool
+    crashes: List[str]
 
 
 def selected_rules(config: LintConfig) -> List[Rule]:
@@ -77,18 +85,19 @@ def lint_source(
     rules: Sequence[Rule],
     config: LintConfig = LintConfig(),
     use_trigger: bool = True,
-) -> Tuple[List[Diagnostic], bool]:
-    """Diagnostics of one file, and whether it had to be parsed."""
+) -> FileLint:
+    """Diagnostics of one file, whether it had to be parsed, and the rules that
+    crashed on it: a rule's bug costs that rule's findings on that file only."""
     codes = {r.CODE for r in rules}
     try:
         text = decode(data)
     except UnicodeDecodeError as exc:
         line, column = decode_position(exc)
-        return _syntax(path, line, column, f"cannot decode the file: {exc}", codes), False
+        return FileLint(_syntax(path, line, column, f"cannot decode the file: {exc}", codes), False, [])
     except (SyntaxError, LookupError) as exc:
-        return _syntax(path, 1, 1, f"cannot decode the file: {exc}", codes), False
+        return FileLint(_syntax(path, 1, 1, f"cannot decode the file: {exc}", codes), False, [])
     if "\x00" in text:
-        return _syntax(path, 1, 1, "not a Python source file (NUL bytes)", codes), False
+        return FileLint(_syntax(path, 1, 1, "not a Python source file (NUL bytes)", codes), False, [])
     candidates = [r for r in rules if r.CODE not in ("DDP900", "DDP901")]
     wants_noqa = "DDP901" in codes and "noqa" in text and "DDP" in text
     if use_trigger:
@@ -98,36 +107,39 @@ def lint_source(
         mentions_torch = "torch" in text
         candidates = [r for r in candidates if r.can_fire(text)] if mentions_torch else []
         if not candidates and not wants_noqa and not (mentions_torch and "DDP900" in codes):
-            return [], False
+            return FileLint([], False, [])
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
         line = exc.lineno or 1
         col = exc.offset or 1
-        return _syntax(path, line, col, f"cannot parse: {exc.msg}", codes), True
+        return FileLint(_syntax(path, line, col, f"cannot parse: {exc.msg}", codes), True, [])
     except (ValueError, RecursionError, MemoryError) as exc:
-        return _syntax(path, 1, 1, f"cannot parse: {exc}", codes), True
+        return FileLint(_syntax(path, 1, 1, f"cannot parse: {exc}", codes), True, [])
     src = Source(path, text, tree)
     found: List[Diagnostic] = []
     seen: Set[Tuple] = set()
+    crashes: List[str] = []
     for rule in candidates:
         try:
-            for diagnostic in rule.check(src):
-                key = (diagnostic.code, diagnostic.line, diagnostic.column)
-                if key not in seen:
-                    seen.add(key)
-                    found.append(diagnostic)
+            # all of a rule's findings or none: a crash halfway must not leave a part
+            # that looks like the whole
+            mine = list(rule.check(src))
         except Exception as exc:  # a bug in a rule, not in the user's code
             import traceback
 
-            raise LintInternalError(
-                f"{path}: rule {rule.CODE} crashed: {exc!r}\n{traceback.format_exc()}"
-            ) from exc
+            crashes.append(f"{path}: rule {rule.CODE} crashed: {exc!r}\n{traceback.format_exc()}")
+            continue
+        for diagnostic in mine:
+            key = (diagnostic.code, diagnostic.line, diagnostic.column)
+            if key not in seen:
+                seen.add(key)
+                found.append(diagnostic)
     found = [d for d in found if not _file_ignored(path, d.code, config)]
     if "noqa" in text:
         ran = {c for c in codes if not _file_ignored(path, c, config)}
         found = _apply_noqa(src, found, report_unused="DDP901" in ran, ran=ran)
-    return sorted(found, key=lambda d: d.sort_key), True
+    return FileLint(sorted(found, key=lambda d: d.sort_key), True, crashes)
 
 
 def _syntax(path: str, line: int, col: int, message: str, codes: Set[str]) -> List[Diagnostic]:
@@ -234,19 +246,18 @@ def _init_worker(config: LintConfig) -> None:
     _WORKER_CONFIG, _WORKER_RULES = config, selected_rules(config)
 
 
-def _lint_job(job: Tuple[str, bytes, bool]) -> Tuple[str, List[Diagnostic], bool]:
+def _lint_job(job: Tuple[str, bytes, bool]) -> Tuple[str, FileLint]:
     path, data, use_trigger = job
     assert _WORKER_RULES is not None and _WORKER_CONFIG is not None
-    found, parsed = lint_source(path, data, _WORKER_RULES, _WORKER_CONFIG, use_trigger)
-    return path, found, parsed
+    return path, lint_source(path, data, _WORKER_RULES, _WORKER_CONFIG, use_trigger)
 
 
-def _lint_chunk(jobs: List[Tuple[str, bytes, bool]]) -> List[Tuple[str, List[Diagnostic], bool]]:
+def _lint_chunk(jobs: List[Tuple[str, bytes, bool]]) -> List[Tuple[str, FileLint]]:
     return [_lint_job(job) for job in jobs]
 
 
 def _run_jobs(todo: Iterable, count: int, config: LintConfig, rules: List[Rule], workers: int):
-    """(path, findings, parsed) for each of the ``count`` jobs, in order: in a
+    """(path, FileLint) for each of the ``count`` jobs, in order: in a
     pool of forked processes when there are enough files to pay for it, in this
     process otherwise.  ``todo`` is consumed lazily, a few chunks ahead of the
     workers (``Executor.map`` would read every file first): the workers start on
@@ -271,8 +282,7 @@ def _run_jobs(todo: Iterable, count: int, config: LintConfig, rules: List[Rule],
                 yield from done
     else:
         for path, data, use_trigger in todo:
-            found, parsed = lint_source(path, data, rules, config, use_trigger)
-            yield path, found, parsed
+            yield path, lint_source(path, data, rules, config, use_trigger)
 
 
 @contextmanager
@@ -338,13 +348,14 @@ def _lint_sources(sources, config, use_trigger, workers, cache, progress, releas
             yield path, data, use_trigger
 
     todo = read()
-    for done, (path, found, parsed) in enumerate(_run_jobs(todo, len(pending), config, rules, workers), 1):
+    for done, (path, (found, parsed, crashes)) in enumerate(_run_jobs(todo, len(pending), config, rules, workers), 1):
         if progress:
             progress(done, len(pending))
         result.files += 1
         result.parsed += int(parsed)
         result.diagnostics.extend(found)
-        if cache is not None:
+        result.crashes.extend(crashes)
+        if cache is not None and not crashes:  # (a crash is reported again on the next run)
             cache.put(path, sources, found)
         if release and not found:
             sources.release(path)  # type: ignore[attr-defined]

@@ -255,16 +255,37 @@ def test_pre_commit_hook_definition():
     assert hooks[0]["types"] == ["python"]
 
 
-def test_a_crashing_rule_is_an_internal_error_123(project, monkeypatch):
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_crashing_rule_is_an_internal_error_123_and_hides_no_other_finding(project, monkeypatch, jobs):
+    """A rule that crashes on one file costs its own findings on that file only:
+    the other rules' findings there, and every rule's on the other files, are
+    printed; the crash is named (file, rule, traceback) and the exit is 123 --
+    also from the forked workers of a parallel run."""
     from dp2ddp.codemods.rules.save_on_every_rank import SaveOnEveryRank
 
-    def boom(self, src):
-        raise RuntimeError("rule bug")
+    real = SaveOnEveryRank.check
 
-    monkeypatch.setattr(SaveOnEveryRank, "check", boom)
-    result = lint(project / "train.py", "--no-config", "--no-cache")
+    def crashes_on_one_file(self, src):
+        if src.path.endswith("crashes.py"):
+            raise RuntimeError("rule bug")
+        return real(self, src)
+
+    monkeypatch.setattr(SaveOnEveryRank, "check", crashes_on_one_file)
+    # the crashing file also holds a DataParallel (DDP001) and a save (DDP302)
+    (project / "crashes.py").write_bytes((RULES / "DDP001" / "bad_spellings.py").read_bytes() + SAVE_BAD.read_bytes())
+    for n in range(70 if jobs == "2" else 0):  # enough files for the worker pool
+        shutil.copy(CLEAN, project / f"clean_{n}.py")
+    result = lint(project, "--no-config", "--no-cache", "-j", jobs)
     assert result.exit_code == 123
     assert "internal error" in result.stderr and "rule bug" in result.stderr
+    assert f"{project / 'crashes.py'}: rule DDP302 crashed" in result.stderr
+    assert "Traceback" in result.stderr
+    found = {(Path(line.split(":")[0]).name, line.split()[1]) for line in result.stdout.splitlines() if ": DDP" in line}
+    assert ("crashes.py", "DDP001") in found  # another rule on the same file
+    assert ("train.py", "DDP302") in found  # the same rule on another file
+    assert ("crashes.py", "DDP302") not in found
+    again = lint(project, "--no-config", "-j", jobs)  # with the cache: the crash is not forgotten
+    assert again.exit_code == 123 and "rule DDP302 crashed" in again.stderr
 
 
 OPTIONAL_DDP = '''import os

@@ -26,7 +26,9 @@ _EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
 
 
 def _lint(path: Path):
-    return lint_sources({str(path): path.read_bytes()}).diagnostics
+    result = lint_sources({str(path): path.read_bytes()})
+    assert result.crashes == [], result.crashes[0]
+    return result.diagnostics
 
 
 def _expected(path: Path, code: str):
@@ -123,7 +125,8 @@ def test_rules_without_findings_on_files_the_prefilter_rejects():
         if not skipped:
             continue
         rejected += len(skipped)
-        found, _ = lint_source(str(path), data, skipped, LintConfig(), use_trigger=False)
+        found, _, crashes = lint_source(str(path), data, skipped, LintConfig(), use_trigger=False)
+        assert crashes == [], crashes
         assert found == [], (path, [f"{d.line}: {d.code}" for d in found])
     assert rejected > 100
 
