@@ -24,7 +24,7 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dp2ddp.codemods import _names as N
 from dp2ddp.codemods._model import (
@@ -38,6 +38,9 @@ from dp2ddp.codemods._model import (
 )
 from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods._facts import FileFacts, collect_facts, import_facts
+
+if TYPE_CHECKING:  # (LibCST is imported when a file is converted, not before)
+    import libcst as cst
 
 
 class InternalError(Exception):

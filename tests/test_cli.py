@@ -147,6 +147,34 @@ def test_internal_error_exits_123_with_a_message(project, monkeypatch):
     assert (project / "train.py").read_bytes() == DP_SCRIPT
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_transform_that_crashes_on_one_file_leaves_it_untouched_and_converts_the_others(project, monkeypatch, jobs):
+    """An internal error on one file (as LibCST's refusal of a FlattenSentinel in
+    an ``elif`` once was) names that file, leaves it byte for byte, and the other
+    programs are still converted; the exit is 123."""
+    from dp2ddp import codemods
+    from dp2ddp.codemods._base import Transform
+
+    class CrashesOnOneFile(Transform):
+        NAME = "crashes-on-one-file"
+
+        def visit_Module(self, node):
+            if "CRASH HERE" in node.code:
+                raise RuntimeError("boom on one file")
+
+    monkeypatch.setattr(codemods, "TRANSFORMS", (CrashesOnOneFile,) + tuple(codemods.TRANSFORMS))
+    crashing = DP_SCRIPT.replace(b"import torch\n", b"import torch  # CRASH HERE\n", 1)
+    assert crashing != DP_SCRIPT
+    (project / "other.py").write_bytes(crashing)
+    result = run("convert", "--write", "-j", jobs, str(project))
+    assert result.exit_code == 123
+    assert f"internal error: {project / 'other.py'}: transform crashes-on-one-file crashed" in result.stderr
+    assert "boom on one file" in result.stderr
+    assert (project / "other.py").read_bytes() == crashing
+    assert b"DistributedDataParallel(" in (project / "train.py").read_bytes()
+    assert (project / "util.py").read_bytes() == CLEAN
+
+
 def test_an_entry_point_that_fails_leaves_the_modules_of_its_program_unchanged(tmp_path, monkeypatch):
     """The model and the loader modules converted without their entry point would
     need a process group nobody sets up: the program stays as it was."""

@@ -402,7 +402,7 @@ def test_a_shard_made_by_hand_with_subset_passes_and_a_shared_one_fails(workdir,
 
 
 def test_a_sampler_of_the_projects_own_is_judged_by_the_orders_it_drew(workdir):
-    from dp2ddp.verify import VerifyOptions, verify
+    from dp2ddp.verify import VerifyOptions, text, verify
     from dp2ddp.verify.checks import Records, check_set_epoch
 
     report = verify(VerifyOptions(script=str(FIXTURES / "verify" / "custom_sampler.py"), timeout=30.0))
