@@ -71,17 +71,19 @@ class MainProcessGuard(Transform):
         return updated_node.with_changes(body=body) if body is not None else updated_node
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if self.guardable_block(original_node) and len(original_node.body) == len(updated_node.body):
+        if self.guardable_block(original_node):
             body = self._guard_runs(original_node.body, updated_node.body, original_node)
             if body is not None:
                 updated_node = updated_node.with_changes(body=body)
         return super().leave_Module(original_node, updated_node)
 
     def _guard_runs(self, originals, updated, block) -> Optional[List[cst.BaseStatement]]:
-        if len(originals) != len(updated):
-            return None  # a statement was replaced below: stay out of the way
         if self._under_check(block):
             return None
+        if len(originals) != len(updated):
+            # a statement below became several (a barrier inserted after a guarded
+            # save): guard the statements that are still themselves, one for one
+            return self._guard_aligned(originals, updated, block)
         out: List[cst.BaseStatement] = []
         index = 0
         changed = False
@@ -120,6 +122,26 @@ class MainProcessGuard(Transform):
             self.changed(originals[index], why)
             changed = True
             index = end
+        return self._merge_adjacent(out) if changed else None
+
+    def _guard_aligned(self, originals, updated, block) -> Optional[List[cst.BaseStatement]]:
+        """``_guard_runs`` where the block's statements no longer match one for one:
+        the stretches whose code is unchanged are guarded as usual; what a statement
+        became (several statements, or none) is kept as it is, between them."""
+        import difflib
+
+        before = [self.module.code_for_node(s) for s in originals]
+        after = [self.module.code_for_node(s) for s in updated]
+        out: List[cst.BaseStatement] = []
+        changed = False
+        matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag != "equal":
+                out.extend(updated[j1:j2])
+                continue
+            stretch = self._guard_runs(originals[i1:i2], updated[j1:j2], block)
+            changed = changed or stretch is not None
+            out.extend(stretch if stretch is not None else updated[j1:j2])
         return self._merge_adjacent(out) if changed else None
 
     def _unguard_inner(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
