@@ -876,6 +876,55 @@ def _opens_to_write(call: ast.AST, modes: str) -> bool:
     return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in modes)
 
 
+def write_target(src: Source, call: ast.Call) -> Optional[ast.AST]:
+    """The file argument of a call that writes one: ``open(P, "w")``'s ``P``,
+    ``torch.save(obj, f)``'s ``f``, ``json.dump(x, open(P, "w"))``'s ``P``,
+    ``np.save(P, x)``'s and ``model.save_pretrained(P)``'s ``P``; None if not there."""
+    opened = dumped_into_open(src, call)
+    if opened is not None:
+        call = opened
+    name = src.qualname(call.func)
+    if name in _OPEN or isinstance(call.func, ast.Attribute) and call.func.attr == "save_pretrained":
+        index, keyword = 0, ("file", "save_directory")
+    else:
+        index, keyword = N.ARTIFACT_PATH_ARG.get(name, 1), ("f", "fp", "file", "fname", "filename")
+    if len(call.args) > index and not any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
+        target = call.args[index]
+    else:
+        target = next((k.value for k in call.keywords if k.arg in keyword), None)
+    if isinstance(target, ast.Call) and src.qualname(target.func) in _OPEN and target.args:
+        return target.args[0]  # torch.save(state, open(path, "wb"))
+    return target
+
+
+_OPEN = frozenset({"open", "builtins.open", "io.open"})
+
+
+_IN_MEMORY = frozenset({"io.BytesIO", "io.StringIO"})
+
+
+def per_rank_target(src: Source, target: ast.AST, depth: int = 3) -> bool:
+    """A file target that is not the same file on every rank: a path that names
+    the rank (``f"samples_{rank}.png"``, ``queue_path = ... + str(args.rank)``), a
+    ``tempfile`` path (this process's own folder), an in-memory buffer (``buf =
+    io.BytesIO()``) -- also through the variables it is built from (``cfg_path =
+    os.path.join(tmpdir, "cfg.json")``), ``depth`` assignments deep.  Lint's
+    DDP302 and convert's save-on-main decide with this one test."""
+    if any(is_rank_expr(src, n) for n in ast.walk(target) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))):
+        return True
+    if isinstance(target, ast.Call) and (
+        src.qualname(target.func).startswith("tempfile.") or src.qualname(target.func) in _IN_MEMORY
+    ):
+        return True
+    if depth == 0:
+        return False
+    for name in {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}:
+        for value in bound_values(src, name, with_items=True):
+            if value is not target and per_rank_target(src, value, depth - 1):
+                return True
+    return False
+
+
 def dumped_into_open(src: Source, call: ast.Call) -> Optional[ast.Call]:
     """The ``open(P, "w")`` of ``json.dump(obj, open(P, "w"))`` (a dump of
     ``WRITE_DUMPS`` into a file opened for writing in its own arguments)."""

@@ -96,32 +96,11 @@ class SaveOnMainProcess(MainProcessGuard):
         return None
 
     def _per_rank_path(self, call: cst.Call) -> bool:
-        """A target every rank needs or has its own of: a path that names the rank
-        (``f"samples_{rank}.png"``), or an in-memory buffer (``buf = io.BytesIO()``,
-        read back on every rank)."""
-        for arg in call.args:
-            if any(word in self.module.code_for_node(arg.value) for word in ("rank", "RANK")):
-                return True
-            value = self.only_value(arg.value, pure=False) if isinstance(arg.value, cst.Name) else arg.value
-            if isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in ("BytesIO", "StringIO"):
-                return True
-            if self._from_tempfile(arg.value):
-                return True  # a folder of this process's own: ``tmpdir = tempfile.mkdtemp()``
-        return False
-
-    def _from_tempfile(self, expr: cst.BaseExpression, depth: int = 3) -> bool:
-        """``expr`` is built from a ``tempfile`` path, through variables assigned
-        once (``cfg_path = os.path.join(tmpdir, "cfg.json")``)."""
-        if isinstance(expr, cst.Call) and any(q.startswith("tempfile.") for q in self.qnames(expr.func)):
-            return True
-        if depth == 0:
-            return False
-        names = [expr] if isinstance(expr, cst.Name) else P.find(expr, cst.Name)
-        for name in names:
-            value = self.only_value(name, pure=False)
-            if value is not None and value is not expr and self._from_tempfile(value, depth - 1):
-                return True
-        return False
+        """A target every rank needs or has its own of (a path that names the rank,
+        a tempfile path, an in-memory buffer): lint's decision, ``per_rank_target``."""
+        node = self.ast_call(call)
+        target = A.write_target(self.ast_source, node) if node is not None else None
+        return target is not None and A.per_rank_target(self.ast_source, target)
 
     def continues(self, stmt: cst.BaseStatement) -> bool:
         if self.starts(stmt) is not None:

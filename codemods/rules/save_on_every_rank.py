@@ -12,9 +12,9 @@ from .._analysis import (
     dotted,
     dumped_into_open,
     is_pure,
-    is_rank_expr,
     on_main_process_only,
-    bound_values,
+    per_rank_target,
+    write_target,
     long_lived_writer,
     open_for_writing,
     pure_writes,
@@ -77,14 +77,14 @@ class SaveOnEveryRank(Rule):
             call = _open_for_writing(src, stmt)
             if call is None:
                 kept_open = long_lived_writer(src, stmt)
-                if kept_open is not None and not on_main_process_only(src, stmt) and not _per_rank(src, kept_open.args[0]):
+                if kept_open is not None and not on_main_process_only(src, stmt) and not per_rank_target(src, kept_open.args[0]):
                     func = src.function_of(stmt)
                     if func is None or called_unguarded(src, func):
                         found = self.diagnostic(src, kept_open, LONG_LIVED_MESSAGE)
                         found.fix = None
                         yield found
                 continue
-            if on_main_process_only(src, stmt) or _per_rank(src, call.args[0]):
+            if on_main_process_only(src, stmt) or per_rank_target(src, call.args[0]):
                 continue
             func = src.function_of(stmt)
             if func is not None and not called_unguarded(src, func):
@@ -103,9 +103,8 @@ class SaveOnEveryRank(Rule):
                 continue
             if on_main_process_only(src, call) or _in_writing_with(src, call):
                 continue  # (one in a ``with open(...)`` is reported there)
-            index = N.ARTIFACT_PATH_ARG.get(name, 1)
-            target = opened.args[0] if opened is not None else call.args[index] if len(call.args) > index else None
-            if target is not None and (_in_memory(src, target) or _per_rank(src, target)):
+            target = write_target(src, call)
+            if target is not None and per_rank_target(src, target):
                 continue  # a BytesIO buffer, or one file per rank
             func = src.function_of(call)
             if func is not None and not called_unguarded(src, func):
@@ -148,25 +147,3 @@ def _in_writing_with(src: Source, call: ast.Call) -> bool:
     return isinstance(parent, ast.With) and _open_for_writing(src, parent) is not None
 
 
-def _per_rank(src: Source, target: ast.AST) -> bool:
-    """A path that differs between ranks: it names the rank, or comes from tempfile."""
-    if any(is_rank_expr(src, n) for n in ast.walk(target) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))):
-        return True
-    base = target.value if isinstance(target, ast.Attribute) else target
-    if not isinstance(base, ast.Name):
-        return src.qualname(getattr(target, "func", None)).startswith("tempfile.")
-    return any(
-        isinstance(value, ast.Call) and src.qualname(value.func).startswith("tempfile.")
-        for value in bound_values(src, base.id, with_items=True)
-    )
-
-
-def _in_memory(src: Source, target: ast.AST) -> bool:
-    if src.is_call(target, {"io.BytesIO", "io.StringIO"}):
-        return True
-    if not isinstance(target, ast.Name):
-        return False
-    return any(
-        src.is_call(value, {"io.BytesIO", "io.StringIO"})
-        for value in bound_values(src, target.id, with_items=True)
-    )
