@@ -43,6 +43,7 @@ from . import _names as N
 from . import _patterns as P
 from ._model import MARKER, SPELLED_MARKS, FileRole, Finding, Settings  # noqa: F401 (the transforms' vocabulary)
 from ._facts import BATCHNORM_LAYER
+from ._bridge import byte_offset
 
 
 Stmt = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
@@ -326,8 +327,9 @@ class Transform(Codemod, cst.CSTTransformer):
         """The ``ast.Call`` of ``ast_source`` at the place of ``call`` (for the
         recognisers shared with lint), or None."""
         line, column = self.position(call)
+        offset = byte_offset(self.ast_source.lines, line, column)
         for node in self.ast_source.calls:
-            if node.lineno == line and node.col_offset + 1 == column:
+            if node.lineno == line and node.col_offset == offset:
                 return node
         return None
 

@@ -30,6 +30,7 @@ import libcst as cst
 from . import _analysis as A
 from . import _patterns as P
 from ._base import FileRole, Transform
+from ._bridge import cst_position
 
 
 class RandomSplit(Transform):
@@ -43,10 +44,11 @@ class RandomSplit(Transform):
         return role.in_program and not role.already_distributed
 
     def visit_Module(self, node: cst.Module) -> bool:
+        lines = self.ast_source.lines
         self._lines: Set[tuple] = {
-            (c.lineno, c.col_offset + 1) for c in A.unseeded_random_splits(self.ast_source, with_kwargs=True)
+            cst_position(lines, c) for c in A.unseeded_random_splits(self.ast_source, with_kwargs=True)
         }
-        self._draws: Set[tuple] = {(c.lineno, c.col_offset + 1) for c in A.unseeded_index_splits(self.ast_source)}
+        self._draws: Set[tuple] = {cst_position(lines, c) for c in A.unseeded_index_splits(self.ast_source)}
         return bool(self._lines or self._draws)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
