@@ -536,9 +536,13 @@ class DataParallelToDDP(Transform):
             ) and not self._in_a_condition(original_node):
                 self.manual(original_node, _CONDITIONAL_WRAP)
             return updated_node
-        if not P.is_gpu_guard(self, original_node.test) or (
+        parent = self.parent(original_node)
+        is_elif = isinstance(parent, cst.If) and parent.orelse is original_node
+        if is_elif or not P.is_gpu_guard(self, original_node.test) or (
             original_node.orelse is not None and not isinstance(original_node.orelse, cst.Else)
         ):
+            # (an ``elif``: the wrap cannot be taken out of one branch of a chain --
+            # the chain's head reports it)
             if not self._in_a_condition(original_node):
                 self.manual(original_node, _CONDITIONAL_WRAP)
             return updated_node
