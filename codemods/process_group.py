@@ -115,6 +115,13 @@ class ProcessGroupSetup(Transform):
         body = list(updated_node.body.body)
         init = self._stmt(f"{names['name']}()")
         last = body[-1]
+        parsed = _after_argument_parsing(body, 0)
+        if parsed and parsed < len(body) and not (_exits(last) or self._exiting_command(last)):
+            # ``--help`` and a bad argument leave before the process group is joined
+            self.changed(original_node, "join the process group first thing (nccl on GPU, gloo on CPU)")
+            self.changed(original_node, DESTROY_MESSAGE, code="DDP008")
+            new_body = [*body[:parsed], init, *body[parsed:], *self._leave_group(names)]
+            return updated_node.with_changes(body=updated_node.body.with_changes(body=new_body))
         if _exits(last) or self._exiting_command(last):
             # sys.exit(main()): leave the group on the way out
             destroy = self._stmt(f"{names['dist']}.destroy_process_group()")
@@ -168,8 +175,18 @@ class ProcessGroupSetup(Transform):
             call = self._stmt(f"{names['name']}()").with_changes(leading_lines=_blank(2))
             self.changed(original_node, "join the process group after the imports (nccl on GPU, gloo on CPU)")
             self.changed(original_node, DESTROY_MESSAGE, code="DDP008")
-            new = [*helper, call]
             tail = self._leave_group(names)
+            parsed = _after_argument_parsing(body, at)
+            if parsed:
+                # after ``args = parser.parse_args()``: ``--help`` joins no process group
+                rest = body[at:]
+                if rest:
+                    rest[0] = rest[0].with_changes(leading_lines=at_least_two_blank(rest[0].leading_lines))
+                call = call.with_changes(leading_lines=[])
+                return updated_node.with_changes(
+                    body=[*body[:at], *helper, *rest[: parsed - at], call, *rest[parsed - at :], *tail]
+                )
+            new = [*helper, call]
         elif self._done:
             new = helper
             tail = []
@@ -183,6 +200,31 @@ class ProcessGroupSetup(Transform):
 
 #: decorators that make a function a command line that exits the process itself
 _CLICK_COMMANDS = frozenset({"click.command", "click.group", "click.decorators.command", "click.decorators.group"})
+
+
+#: what needs the process group already (or tells ranks apart): the setup goes before it
+_NEEDS_THE_GROUP = (
+    "dist.", "distributed", "Distributed", "per_rank_batch_size", "get_rank", "barrier",
+    "DataLoader", "DataParallel", "main_process", "is_main", "rank ==", "rank !=", "rank==",
+)
+#: the rank preamble dp2ddp adds (read from the environment: no group needed)
+_PREAMBLE = ('int(os.environ.get("LOCAL_RANK", 0))', 'f"cuda:{local_rank}"')
+
+
+def _after_argument_parsing(body, start: int) -> int:
+    """The index right after ``args = parser.parse_args()`` among ``body[start:]`` when
+    nothing before it needs the process group (argument definitions, constants), else
+    0: the setup then goes first, as before."""
+    for index in range(start, len(body)):
+        stmt = body[index]
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return 0
+        code = cst.Module(body=[stmt]).code
+        if m.findall(stmt, m.Call(func=m.Attribute(attr=m.Name("parse_args") | m.Name("parse_known_args")))):
+            return index + 1
+        if any(word in code for word in _NEEDS_THE_GROUP) and not any(p in code for p in _PREAMBLE):
+            return 0
+    return 0
 
 
 def _is_our_helper(stmt) -> bool:
