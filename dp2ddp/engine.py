@@ -529,6 +529,7 @@ def convert_sources(
     explicit: Optional[Set[str]] = None,
     workers: int = 1,
     cache=None,
+    post_check: bool = True,
 ) -> ConvertResult:
     """Convert a whole program given as {path: bytes}.
 
@@ -537,7 +538,8 @@ def convert_sources(
     parses and is a fixed point (needed before writing).  ``workers``: processes
     for the per-file LibCST work.  ``cache``: a ``ConvertCache`` whose stored
     conversions stand in for converting a file again (the program's roles are
-    always worked out afresh: they are part of each file's key)."""
+    always worked out afresh: they are part of each file's key).  ``post_check``:
+    lint the outputs (``self_check``) and report what the conversion left undone."""
     results: Dict[str, FileResult] = {}
     facts: Dict[str, FileFacts] = {}
     untouchable: Set[str] = set()  # scripts that do not use torch: never changed
@@ -628,7 +630,21 @@ def convert_sources(
     if verify:
         _verify(results, settings, explicit, workers, cache)
     _withhold_half_programs(results, roles, {**passthrough, **facts})
+    if post_check:
+        _report_what_lint_still_finds(results)
     return ConvertResult(files=list(results.values()))
+
+
+def _report_what_lint_still_finds(results: Dict[str, FileResult]) -> None:
+    from dp2ddp import self_check
+
+    converted = {
+        path: (r.source, r.output, r.findings)
+        for path, r in results.items()
+        if r.changed and r.error is None and r.output is not None
+    }
+    for path, missed in self_check.check(converted).items():
+        results[path].findings.extend(missed)
 
 
 def _program(entry: str, graph: Mapping[str, Set[str]]) -> Set[str]:
@@ -785,7 +801,9 @@ def _verify(
         outputs[path] = result.output
     if not any(r.changed for r in results.values()):
         return
-    again = convert_sources(outputs, settings, verify=False, explicit=explicit, workers=workers, cache=cache)
+    again = convert_sources(
+        outputs, settings, verify=False, explicit=explicit, workers=workers, cache=cache, post_check=False
+    )
     for second in again.files:
         first = results[second.path]
         if first.changed and (second.changed or second.error):

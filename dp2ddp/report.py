@@ -9,6 +9,8 @@ import click
 
 from dp2ddp import launch
 from dp2ddp.engine import ConvertResult, FileResult, LineMap
+from dp2ddp.self_check import TRANSFORM as FOUND_IN_THE_RESULT
+from dp2ddp.self_check import incomplete
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INTERNAL = 0, 1, 123
 
@@ -79,24 +81,32 @@ def summary(
         return f"{f.path}:{line}:{column}"
 
     if manual:
-        lines.append("Left for you to do (marked '# dp2ddp:' in the code):")
+        unmarked = any(f.transform == FOUND_IN_THE_RESULT for f in manual)
+        lines.append(
+            "Left for you to do (marked '# dp2ddp:' in the code"
+            + (", but for what lint still finds in the converted code" if unmarked else "")
+            + "):"
+        )
         for f in sorted(manual, key=lambda f: (f.path, f.line)):
             lines.append(f"  {place(f)}: {f.code} {f.message}")
     if notes:
         lines.append("Notes:")
         for f in sorted(notes, key=lambda f: (f.path, f.line)):
             lines.append(f"  {place(f)}: {f.code} {f.message}")
-    changed = result.changed
-    unchanged = [f for f in result.files if not f.changed and f.error is None]
+    # "converted" means converted: a file with a spot left for a human is incomplete
+    partial = [f for f in result.files if f.error is None and incomplete(f.findings)]
+    done = written if mode == "write" else result.changed
+    complete = [f for f in done if not incomplete(f.findings)]
+    unchanged = [f for f in result.files if not f.changed and f.error is None and not incomplete(f.findings)]
     failed = result.errors
     verb = {"write": "converted", "check": "would be converted"}.get(mode or "", "would be converted")
-    count = len(written) if mode == "write" else len(changed)
-    parts = [f"{count} file{'s' if count != 1 else ''} {verb}"]
+    parts = [f"{len(complete)} file{'s' if len(complete) != 1 else ''} {verb}"]
+    if partial:
+        spots = f"{len(manual)} spot{'s' if len(manual) != 1 else ''} left for you"
+        parts.append(f"{len(partial)} incomplete ({spots})")
     parts.append(f"{len(unchanged)} left unchanged")
     if failed:
         parts.append(f"{len(failed)} could not be converted")
-    if manual:
-        parts.append(f"{len(manual)} spot{'s' if len(manual) != 1 else ''} left for you")
     lines.append(", ".join(parts) + ".")
     written_paths = {f.path for f in written}
     # (with --write: only the entries actually written -- not a read-only one)
@@ -137,4 +147,6 @@ def exit_code(result: ConvertResult, mode: Optional[str], write_errors: Sequence
         return EXIT_FINDINGS
     if mode == "check" and result.changed:
         return EXIT_FINDINGS
+    if any(incomplete(f.findings) for f in result.files):
+        return EXIT_FINDINGS  # converted only in part: a spot is left for a human
     return EXIT_OK

@@ -275,9 +275,11 @@ def test_report_lists_spots_left_for_a_human(tmp_path):
         "import torch\nimport torch.nn as nn\n\n\nclass MyDP(nn.DataParallel):\n    pass\n"
     )
     result = run("convert", str(script))
-    assert result.exit_code == 0
+    # a spot left for a human: the conversion is incomplete, and says so
+    assert result.exit_code == 1
     assert f"{script}:5:1: DDP001" in result.stderr
     assert "+# dp2ddp: DDP001" in result.stdout
+    assert "0 files would be converted, 1 incomplete (1 spot left for you)" in result.stderr
 
 
 def test_a_local_dataparallel_in_a_folder_is_reported_not_converted(tmp_path):
