@@ -58,9 +58,47 @@ class Run:
     output: str
     writes: List[dict] = field(default_factory=list)
 
+    #: per rank (as tests/support/rank_log.py records them): each optimizer's
+    #: parameters at the end, and the indices each training pass over a DataLoader drew
+    states: List[dict] = field(default_factory=list)
+
     def writers_of(self, path: Path) -> List[Optional[str]]:
         target = str(path.resolve())
         return [w["rank"] for w in self.writes if w["path"] == target]
+
+    def ranks_in_sync(self, tolerance: float = 1e-6) -> Optional[str]:
+        """None when every rank ends with the same parameters in every optimizer,
+        else what differs."""
+        if len(self.states) < 2:
+            return f"{len(self.states)} rank(s) recorded their state"
+        first = self.states[0]
+        for other in self.states[1:]:
+            if len(other["params"]) != len(first["params"]):
+                return "the ranks built different numbers of optimizers"
+            for k, (a, b) in enumerate(zip(first["params"], other["params"])):
+                if len(a) != len(b):
+                    return f"optimizer {k}: the ranks train different parameters"
+                worst = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+                if worst > tolerance:
+                    return f"optimizer {k}: ranks {first['rank']} and {other['rank']} differ by {worst:.3g}"
+        return None
+
+    def training_sharded(self) -> Optional[str]:
+        """None when, in every training epoch, the ranks drew disjoint indices
+        (DistributedSampler's padding may repeat fewer than one per rank), else why not."""
+        if len(self.states) < 2:
+            return f"{len(self.states)} rank(s) recorded their state"
+        epochs = [s["epochs"] for s in self.states]
+        if not epochs[0]:
+            return "no training pass over a DataLoader was seen"
+        if len({len(e) for e in epochs}) != 1:
+            return f"the ranks ran {[len(e) for e in epochs]} training passes"
+        for n, passes in enumerate(zip(*epochs)):
+            seen = [set(p) for p in passes]
+            shared = set.intersection(*seen)
+            if len(shared) >= len(seen):
+                return f"training pass {n}: the ranks drew {len(shared)} indices in common"
+        return None
 
 
 def run_script(
@@ -90,7 +128,8 @@ def run_script(
     writes = []
     for log in sorted(logs.glob("writes.*.jsonl")):
         writes += [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    return Run(proc.returncode, proc.stdout, writes)
+    states = [json.loads(log.read_text()) for log in sorted(logs.glob("writes.*.state.json"))]
+    return Run(proc.returncode, proc.stdout, writes, states)
 
 
 def copy_tree(src: Path, dst: Path) -> None:

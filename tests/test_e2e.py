@@ -107,6 +107,16 @@ def test_original_and_converted_run(e2e, name):
 
 
 @pytest.mark.parametrize("name", [c.name for c in CASES])
+def test_converted_ranks_stay_in_sync_on_disjoint_shards(e2e, name):
+    """The converted program really is distributed: at the end every rank holds
+    the same parameters in every optimizer, and in each training epoch the ranks
+    drew disjoint samples."""
+    converted = e2e[name].converted
+    assert converted.ranks_in_sync() is None, converted.ranks_in_sync()
+    assert converted.training_sharded() is None, converted.training_sharded()
+
+
+@pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_only_rank_zero_writes_checkpoint(e2e, name):
     outcome = e2e[name]
     checkpoint = outcome.conv_dir / outcome.case["checkpoint"]

@@ -5,7 +5,9 @@ program) and must equal ``<case>.out.py``; a case without ``.out.py`` must stay
 byte-for-byte unchanged.  A first line ``# fixture: key=value, ...`` sets
 options (``batch_size=per-process``, ``sync_bn=true``), the expected manual spots
 (``manual=DDP102``) and, for a whole script, ``run=torchrun``: its output is run
-on two processes; ``<case>.notes`` lists the notes it gets ("line code" per
+on two processes and judged -- exit 0, only rank 0 writes, every optimizer's
+parameters equal on both ranks at the end, and the training epochs' indices
+disjoint between the ranks (``sharded=false``: a script without a DataLoader); ``<case>.notes`` lists the notes it gets ("line code" per
 line; none without the file).  Every output must also be a fixed point:
 converting it again changes nothing.
 """
@@ -18,6 +20,7 @@ from typing import Dict
 import pytest
 
 from conftest import FIXTURES, UPDATE_GOLDEN
+from dp2ddp import self_check
 from dp2ddp.codemods._base import Settings
 from dp2ddp.engine import convert_sources
 
@@ -54,6 +57,11 @@ def test_fixture(case: Path):
         assert output != source, "an .out.py that equals its input: delete it"
     else:
         assert output == source, "expected no change (no .out.py)"
+    # convert and lint decide alike: lint on the output finds no error (nor a wrap under a
+    # GPU condition, nor a missing set_epoch) that the transforms did not report themselves
+    # -- convert's post-condition (self_check) would add it as a spot; here it never has to
+    disagreements = [f"{f.line}: {f.code} {f.message}" for f in file.findings if f.transform == self_check.TRANSFORM]
+    assert disagreements == []
     manual = sorted(f.code for f in file.findings if f.kind == "manual")
     expected_manual = sorted(c for c in options.get("manual", "").split("+") if c)
     assert manual == expected_manual, [f"{f.line}: {f.code} {f.message}" for f in file.findings if f.kind == "manual"]
@@ -334,7 +342,11 @@ def test_converted_fixture_runs_under_torchrun(case: Path, tmp_path):
     run = run_script(work, "train.py", [], distributed=True)
     assert run.returncode == 0, run.output[-3000:]
     assert [w for w in run.writes if w["rank"] != "0"] == [], run.writes
+    assert run.ranks_in_sync() is None, run.ranks_in_sync()
+    if _options(case.read_text()).get("sharded", "true") != "false":
+        assert run.training_sharded() is None, run.training_sharded()
 
 
 def test_some_fixtures_are_run():
     assert len(RUNNABLE) >= 4
+

@@ -69,3 +69,40 @@ def test_rank_log_leaves_as_the_interpreter_would(tmp_path, what, code, output):
         assert (tmp_path / "left_open.txt").read_text() == "written, never closed\n"
         assert (tmp_path / "atexit.txt").read_text() == "ran\n"
         assert (tmp_path / "thread.txt").read_text() == "done\n"
+
+
+HALF_DISTRIBUTED = b"""import os
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+
+dist.init_process_group("gloo")
+torch.manual_seed(int(os.environ["RANK"]))  # each rank its own weights, and no DDP to sync them
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = TensorDataset(torch.randn(16, 4), torch.randn(16, 2))
+for epoch in range(2):
+    for x, y in DataLoader(data, batch_size=4):  # no DistributedSampler: every rank reads it all
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    for x, y in DataLoader(data, batch_size=8):  # an evaluation pass: not a training epoch
+        with torch.no_grad():
+            model(x)
+dist.destroy_process_group()
+"""
+
+
+def test_the_judgement_of_a_run_sees_ranks_apart_and_data_not_sharded(tmp_path):
+    """What the converted fixtures are judged by can fail: a script that trains
+    unsynchronised copies on the whole data set on every rank fails both checks."""
+    from conftest import run_script
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_bytes(HALF_DISTRIBUTED)
+    run = run_script(work, "train.py", [], distributed=True)
+    assert run.returncode == 0, run.output[-3000:]
+    assert len(run.states) == 2 and all(len(s["epochs"]) == 2 for s in run.states), run.states
+    assert "differ by" in (run.ranks_in_sync() or "")
+    assert "16 indices in common" in (run.training_sharded() or "")

@@ -83,6 +83,7 @@ def main() -> None:
 
     torch.save = logged_save
     builtins.open = io.open = logged_open
+    _record_training(torch, f"{os.environ['DP2DDP_WRITE_LOG']}.{rank if rank is not None else 'single'}.state.json")
     for name in ("copy", "copy2", "copyfile", "move"):
         setattr(shutil, name, logged_target(getattr(shutil, name)))
     os.replace, os.rename = logged_target(os.replace), logged_target(os.rename)
@@ -96,6 +97,81 @@ def main() -> None:
     sys.argv = [script, *args[1:]]
     sys.path.insert(0, os.path.dirname(script))
     _leave(_run(lambda: runpy.run_path(script, run_name="__main__")))
+
+
+_STATE = {"path": None, "optimizers": [], "passes": [], "backwards": 0}
+
+
+def _record_training(torch, path: str) -> None:
+    """What the test judges a converted run by, written when the script is done:
+    each optimizer's parameters (equal on every rank when DDP keeps them in sync)
+    and, for each pass over a DataLoader in which ``backward()`` ran (a training
+    epoch), the dataset indices it drew (disjoint between ranks when sharded)."""
+    _STATE["path"] = path
+    optimizer_init = torch.optim.Optimizer.__init__
+
+    def init(self, *a, **k):
+        optimizer_init(self, *a, **k)
+        _STATE["optimizers"].append(self)
+
+    torch.optim.Optimizer.__init__ = init
+    for name in ("backward",):
+        tensor_backward = getattr(torch.Tensor, name)
+
+        def backward(self, *a, _real=tensor_backward, **k):
+            _STATE["backwards"] += 1
+            return _real(self, *a, **k)
+
+        setattr(torch.Tensor, name, backward)
+    autograd_backward = torch.autograd.backward
+
+    def backward_function(*a, **k):
+        _STATE["backwards"] += 1
+        return autograd_backward(*a, **k)
+
+    torch.autograd.backward = backward_function
+    from torch.utils.data import dataloader
+
+    iter_init = dataloader._BaseDataLoaderIter.__init__
+    next_index = dataloader._BaseDataLoaderIter._next_index
+
+    def started(self, *a, **k):
+        iter_init(self, *a, **k)
+        self._dp2ddp_pass = {"indices": [], "start": _STATE["backwards"]}
+        _STATE["passes"].append(self._dp2ddp_pass)
+
+    def drawn(self):
+        index = next_index(self)
+        record = getattr(self, "_dp2ddp_pass", None)
+        if record is not None:
+            record["indices"].extend(index if isinstance(index, (list, tuple)) else [index])
+        return index
+
+    dataloader._BaseDataLoaderIter.__init__ = started
+    dataloader._BaseDataLoaderIter._next_index = drawn
+
+
+def _write_state() -> None:
+    if _STATE["path"] is None:
+        return
+    try:
+        import torch
+
+        params = []
+        for optimizer in _STATE["optimizers"]:
+            flat = [p.detach().double().flatten().cpu() for g in optimizer.param_groups for p in g["params"]]
+            params.append(torch.cat(flat).tolist() if flat else [])
+        passes = _STATE["passes"]
+        ends = [later["start"] for later in passes[1:]] + [_STATE["backwards"]]
+        epochs = [  # the passes until the next one began during which backward() ran
+            [int(i) for i in record["indices"] if isinstance(i, int)]
+            for record, end in zip(passes, ends)
+            if end > record["start"]
+        ]
+        with io.open(_STATE["path"], "w") as handle:
+            json.dump({"rank": os.environ.get("RANK"), "params": params, "epochs": epochs}, handle)
+    except Exception as exc:  # (the judgement then says it has no state: never a crash here)
+        print(f"rank_log: could not record the training state: {exc!r}", file=sys.stderr)
 
 
 def _run(script) -> int:
@@ -117,6 +193,7 @@ def _leave(code: int) -> None:
     """What the interpreter does on the way out, then ``os._exit`` (see above)."""
     threading._shutdown()  # the script's own (non-daemon) threads
     atexit._run_exitfuncs()
+    _write_state()
     with warnings.catch_warnings():  # (a file object's .closed may warn or raise)
         warnings.simplefilter("ignore")
         for obj in gc.get_objects():  # files the script left open
