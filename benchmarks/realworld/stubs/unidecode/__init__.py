@@ -1,0 +1,2 @@
+def unidecode(s):
+    return s
