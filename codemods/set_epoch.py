@@ -24,6 +24,7 @@ Loops counted in iterations (``while step < max_steps``) are reported instead.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -33,9 +34,10 @@ from libcst.metadata import ScopeProvider
 
 from . import _analysis as A
 from . import _names as N
+from . import _loaders as L
 from . import _patterns as P
+from ._bridge import byte_offset
 from ._base import FileRole, Transform, _is_docstring
-from .sampler import _ITER_WRAPPERS as _WRAPPERS
 from .sampler import _arg, _calls_backward, _inside_wrappers, _iterated
 
 _COLLECTIONS = (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -65,28 +67,20 @@ class SetEpoch(Transform):
         self._hoisted_names: Set[str] = set()
 
     # ------------------------------------------------------------------ finding
-    def _through_wrappers(self, loader: cst.BaseExpression, at: cst.CSTNode) -> List[cst.BaseExpression]:
-        """``pbar`` of ``pbar = tqdm(train_loader)``: the loader behind it (the
-        wrapper has no ``.sampler``)."""
-        if not isinstance(loader, cst.Name):
-            return [loader]
-        scope = self.get_metadata(ScopeProvider, at, None)
-        if scope is None or loader.value not in scope:
-            return [loader]
-        inner: List[cst.BaseExpression] = []
-        for assignment in scope[loader.value]:
-            node = getattr(assignment, "node", None)
-            assign = self._assign_of(node) if isinstance(node, cst.Name) else None
-            value = assign.value if assign is not None else None
-            if _counts(value):
-                continue  # ``train_iterator = trange(epochs)``: an epoch loop, no loader
-            if not (isinstance(value, cst.Call) and P.dotted_name(value.func).rsplit(".", 1)[-1] in _WRAPPERS):
-                return [loader]
-            found = list(_iterated(value))
-            if not found and _over_range(value):
-                continue  # ``tqdm(range(epochs))``: an epoch loop, no loader behind it
-            inner.extend(found or [loader])
-        return inner
+    def _ast_loop(self, loop: cst.For) -> Optional[ast.For]:
+        """The ``ast`` loop at the place of ``loop`` (for the recognisers shared with lint)."""
+        line, column = self.position(loop)
+        src = self.ast_source
+        found = L.node_at(src, (ast.For, ast.AsyncFor), line, byte_offset(src.lines, line, column))
+        return found if isinstance(found, (ast.For, ast.AsyncFor)) else None
+
+    def _loaders_of(self, loop: cst.For) -> List[str]:
+        """The loaders behind what ``loop`` iterates (``_loaders.loaders_behind``):
+        ``loader`` of ``bar = tqdm(loader)`` or of ``prefetcher = Prefetcher(loader)``."""
+        found = self._ast_loop(loop)
+        if found is None:
+            return [P.dotted_name(x) for x in _iterated(loop.iter)]
+        return L.loaders_behind(self.ast_source, found.iter, self.ast_source.function_of(found))
 
     def visit_Module(self, node: cst.Module) -> None:
         self._report_all_rank_local_stops()
@@ -95,10 +89,20 @@ class SetEpoch(Transform):
         for call in _inside_wrappers(node.iter):
             if isinstance(call, cst.Call) and self.is_call(call, N.DATA_LOADER):
                 self._loader_in_the_header(node, call)
-        for loader in [x for it in _iterated(node.iter) for x in self._through_wrappers(it, node)]:
-            name = P.dotted_name(loader)
+        for name in self._loaders_of(node):
+            if name == L.UNRESOLVED:
+                if _calls_backward(node.body) and not _calls_set_epoch(self.module):
+                    what = self.module.code_for_node(node.iter)
+                    self.manual(
+                        node,
+                        f"this training loop iterates {what}, an object built around a DataLoader that "
+                        "cannot be told here: call set_epoch(epoch) on that DataLoader's sampler "
+                        "(loader.sampler.set_epoch(epoch)) at the start of every epoch",
+                    )
+                continue
             if not name:
                 continue
+            loader = cst.parse_expression(name)
             known = self._known_loader(loader, node)
             if known == "eval" or known == "other":
                 continue
@@ -518,13 +522,3 @@ def _flatten(target):
             yield from _flatten(element.value)
     else:
         yield target
-
-
-def _counts(node: Optional[cst.CSTNode]) -> bool:
-    """``range(n)``, ``trange(n)``: epochs counted, not batches."""
-    return isinstance(node, cst.Call) and P.dotted_name(node.func).rsplit(".", 1)[-1] in ("range", "trange")
-
-
-def _over_range(wrapper: cst.Call) -> bool:
-    """``tqdm(range(n))``, ``enumerate(range(n))``: counts, not batches."""
-    return _counts(next((a.value for a in wrapper.args if a.keyword is None or a.keyword.value == "iterable"), None))

@@ -7,6 +7,7 @@ from typing import Iterator, Optional
 
 from .. import _names as N
 from .._analysis import Source, argument, dotted, is_epoch_loop, is_eval_name, is_false, last_name
+from .._loaders import UNRESOLVED, wrapper_receiver
 from ._base import Diagnostic, Rule
 
 
@@ -52,6 +53,10 @@ class MissingSetEpoch(Rule):
     TRIGGERS = ("DistributedSampler",)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
+        wrong = list(_set_on_a_wrapper(self, src))
+        yield from wrong
+        if wrong:
+            return
         if _sets_epoch(src):
             yield from _another_sampler_set(self, src)
             return
@@ -69,6 +74,26 @@ class MissingSetEpoch(Rule):
                     f"(set_epoch({constant.args[0].value!r}), line {constant.lineno}): every epoch "
                     "repeats the same order; call set_epoch(epoch) at the start of every epoch",
                 )
+
+
+def _set_on_a_wrapper(rule: Rule, src: Source) -> Iterator[Diagnostic]:
+    """``bar.sampler.set_epoch(epoch)`` where ``bar`` is ``tqdm(loader)``,
+    ``enumerate(loader)`` or ``Prefetcher(loader)`` (``_loaders.wrapper_receiver``):
+    the wrapper has no ``.sampler`` -- AttributeError on the first epoch."""
+    for call in src.calls:
+        behind = wrapper_receiver(src, call)
+        if behind is None:
+            continue
+        name = dotted(call.func.value.value)  # type: ignore[attr-defined]
+        known = [b for b in behind if b != UNRESOLVED]
+        found = rule.diagnostic(
+            src, call,
+            f"set_epoch() is called on {name}.sampler, but {name} wraps a DataLoader and has no "
+            "sampler (AttributeError): call it on the DataLoader's own sampler"
+            + (f" ({known[0]}.sampler.set_epoch(epoch))" if len(known) == 1 else ""),
+        )
+        found.fix = None  # (an existing call, edited by hand)
+        yield found
 
 
 def _constant_set_epoch(src: Source) -> Optional[ast.Call]:

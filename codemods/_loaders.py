@@ -1,0 +1,227 @@
+"""What a training loop really iterates, on ``ast`` (shared by convert and lint).
+
+A ``for`` over ``bar`` of ``total, bar = 0.0, tqdm(loader)``, or over
+``prefetcher`` of ``prefetcher = Prefetcher(train_loader)``, takes its batches
+from ``loader`` / ``train_loader``: that is the object with a ``.sampler``.  The
+wrapper has none (``bar.sampler.set_epoch(epoch)`` raises ``AttributeError``).
+
+``loaders_behind`` answers with the names of the loaders (dotted), or with
+:data:`UNRESOLVED` for a wrapper object whose loader cannot be told (only a
+human can say which ``.sampler`` to set).
+
+``statistics_pass`` tells a pass over the training loader that only computes
+numbers from the data (a mean/std, class weights) before training: no
+``backward()``, no optimizer step, nothing of the file's own that could train.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import List, Optional, Sequence, Union
+
+from . import _names as N
+from ._analysis import Source, calls_method, dotted, is_epoch_loop, last_name
+
+#: calls that iterate what they are given, one item at a time
+WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "track", "progress_bar"})
+#: counts (an epoch loop), not batches
+COUNTS = frozenset({"range", "trange"})
+
+UNRESOLVED = "?"
+
+
+def node_at(src: Source, types, line: int, col_offset: int) -> Optional[ast.AST]:
+    """The node of ``types`` that starts at ``line``/``col_offset`` (ast's bytes)."""
+    for node in src.of_type(*types) if isinstance(types, tuple) else src.of_type(types):
+        if node.lineno == line and node.col_offset == col_offset:
+            return node
+    return None
+
+
+def _wrapped(call: ast.Call) -> List[ast.AST]:
+    """What ``tqdm(x)``/``enumerate(x)``/``zip(a, b)``/``tqdm(iterable=x)`` iterate."""
+    count = len(call.args) if last_name(call.func) == "zip" else 1
+    inner = list(call.args[:count])
+    inner += [k.value for k in call.keywords if k.arg == "iterable"]
+    return inner
+
+
+def bound_values(src: Source, name: str, scope) -> List[ast.AST]:
+    """The values ``name`` is given in the function ``scope`` (None: module
+    level): ``name = V``, and an element of ``a, name = X, V``.  A binding that
+    cannot be followed (``a, name = pair``, a loop target) gives the Name."""
+    values: List[ast.AST] = []
+    for node in src.of_type(ast.Assign, ast.AnnAssign, ast.For, ast.withitem):
+        if src.function_of(node) is not scope:
+            continue
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                values.extend(_element_for(target, node.value, name))
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            values.extend(_element_for(node.target, node.value, name))
+        elif isinstance(node, ast.For):
+            if name in _target_names(node.target):
+                values.append(node.target)
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            if name in _target_names(node.optional_vars):
+                values.append(node.optional_vars)
+    return values
+
+
+def _element_for(target: ast.AST, value: ast.AST, name: str) -> List[ast.AST]:
+    if isinstance(target, ast.Name):
+        return [value] if target.id == name else []
+    if isinstance(target, (ast.Tuple, ast.List)):
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) and not any(
+            isinstance(e, ast.Starred) for e in target.elts
+        ):
+            return [v for t, e in zip(target.elts, value.elts) for v in _element_for(t, e, name)]
+        if name in _target_names(target):
+            return [target]  # (unpacked from something else: not followed)
+    return []
+
+
+def _target_names(target: ast.AST) -> List[str]:
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _parameters(func: ast.AST) -> List[str]:
+    args = getattr(func, "args", None)
+    if args is None:
+        return []
+    return [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a is not None]
+
+
+def _local_classes(src: Source) -> dict:
+    return {c.name: c for c in src.of_type(ast.ClassDef)}
+
+
+def _is_loader_value(src: Source, value: ast.AST) -> bool:
+    return isinstance(value, ast.Call) and src.qualname(value.func) in N.DATA_LOADER
+
+
+def _loader_like(src: Source, expr: ast.AST, scope) -> bool:
+    """``expr`` names a DataLoader: bound to ``DataLoader(...)`` here, or named
+    like one (``train_loader``, ``self.loader``, ``dataloader``)."""
+    name = dotted(expr)
+    if not name:
+        return False
+    if isinstance(expr, ast.Name):
+        values = bound_values(src, expr.id, scope) or bound_values(src, expr.id, None)
+        if any(_is_loader_value(src, v) for v in values):
+            return True
+    return "loader" in name.rsplit(".", 1)[-1].lower()
+
+
+def loaders_behind(src: Source, expr: ast.AST, scope, depth: int = 0) -> List[str]:
+    """The (dotted) names of the loaders that a loop over ``expr`` takes its
+    batches from, in the function ``scope`` (None: module level).  Wrappers are
+    taken off (``tqdm(loader)``, ``enumerate(loader)``, ``zip(a, b)``), names are
+    followed to the wrapper call they are bound to (also in a tuple assignment),
+    and an instance of the file's own class built around a loader
+    (``Prefetcher(train_loader)``) gives that loader; such an instance whose
+    loader cannot be told gives :data:`UNRESOLVED`.  Counts (``range``,
+    ``tqdm(range(n))``) give nothing."""
+    if depth > 4:
+        return [UNRESOLVED]
+    if isinstance(expr, ast.Call):
+        func = last_name(expr.func)
+        if func in COUNTS:
+            return []
+        if func in WRAPPERS:
+            return [n for inner in _wrapped(expr) for n in loaders_behind(src, inner, scope, depth + 1)]
+        return []  # (a DataLoader(...) built in the header: not a name)
+    if isinstance(expr, ast.Attribute):
+        return [dotted(expr)] if dotted(expr) else []
+    if not isinstance(expr, ast.Name):
+        return []
+    values = bound_values(src, expr.id, scope)
+    if not values and scope is not None and expr.id not in _parameters(scope):
+        values = bound_values(src, expr.id, None)  # a global of the function
+    if not values:
+        return [expr.id]  # (a parameter, an import: the loader itself, for all this file tells)
+    found: List[str] = []
+    for value in values:
+        if isinstance(value, ast.Call):
+            func = last_name(value.func)
+            if func in COUNTS:
+                continue  # ``bar = trange(epochs)``: an epoch loop
+            if func in WRAPPERS:
+                inner = [n for i in _wrapped(value) for n in loaders_behind(src, i, scope, depth + 1)]
+                if not inner and any(
+                    isinstance(i, ast.Call) and last_name(i.func) in COUNTS for i in _wrapped(value)
+                ):
+                    continue  # ``tqdm(range(n))``
+                found.extend(inner or [expr.id])
+                continue
+            if not _is_loader_value(src, value):
+                found.append(_wrapped_loader(src, value, expr.id, scope))
+                continue
+        found.append(expr.id)
+    return list(dict.fromkeys(found))
+
+
+def _wrapped_loader(src: Source, call: ast.Call, name: str, scope) -> str:
+    """``Prefetcher(train_loader)``, ``progress(loader)``: the one loader among
+    the call's arguments.  Without one, the value itself (a factory's loader,
+    for all this file tells) -- but an iterable class of the file built around
+    something else, or around several loaders, gives :data:`UNRESOLVED`.  A
+    class of the file that subclasses DataLoader is a loader itself."""
+    cls = _local_classes(src).get(call.func.id) if isinstance(call.func, ast.Name) else None
+    if cls is not None and any(
+        src.qualname(base) in N.DATA_LOADER or last_name(base).endswith("DataLoader") for base in cls.bases
+    ):
+        return name
+    arguments = [*call.args, *(k.value for k in call.keywords if k.arg is not None)]
+    loaders = list(dict.fromkeys(dotted(a) for a in arguments if _loader_like(src, a, scope)))
+    if len(loaders) == 1 and loaders[0] != name:
+        return loaders[0]
+    if loaders or cls is not None and _iterable_class(cls):
+        return UNRESOLVED  # (``loader = Wrapper(loader)``, two loaders, a wrapper of what?)
+    return name
+
+
+def _iterable_class(cls: ast.ClassDef) -> bool:
+    return any(isinstance(f, ast.FunctionDef) and f.name in ("__iter__", "__next__") for f in cls.body)
+
+
+def wrapper_receiver(src: Source, call: ast.Call) -> Optional[Union[str, Sequence[str]]]:
+    """``bar.sampler.set_epoch(...)`` where ``bar`` is a wrapper of a loader
+    (``tqdm(loader)``, ``Prefetcher(loader)``), which has no ``.sampler``: the
+    loaders behind it (or :data:`UNRESOLVED`); None for a receiver that is (or
+    may be) a loader."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "set_epoch"):
+        return None
+    holder = func.value
+    if not (isinstance(holder, ast.Attribute) and holder.attr == "sampler" and isinstance(holder.value, ast.Name)):
+        return None
+    name = holder.value.id
+    behind = loaders_behind(src, holder.value, src.function_of(call))
+    if not behind or behind == [name]:
+        return None
+    return [b for b in behind if b != name] or None
+
+
+def statistics_pass(src: Source, loop: ast.AST) -> bool:
+    """A ``for`` outside any epoch loop whose body never trains -- no
+    ``backward()``, no ``step()``, no call of a function or method of this file
+    (which may) -- nor evaluates the model: a pass that computes numbers from the
+    data (mean/std, class weights, a vocabulary)."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    if any(is_epoch_loop(a) or isinstance(a, (ast.While,)) for a in src.ancestors(loop)):
+        return False
+    if calls_method(loop, "backward") or calls_method(loop, "step"):
+        return False
+    local = {f.name for f in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)}
+    for node in ast.walk(loop):
+        if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom)):
+            return False
+        if isinstance(node, ast.Call) and last_name(node.func) in local:
+            return False
+    # the model is not run on the batches (an evaluation or a feature pass)
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and "model" in node.func.id.lower():
+            return False
+    return True
