@@ -375,7 +375,10 @@ class DistributedSamplerTransform(Transform):
         else:
             shuffle_code = "False"
         sampler_code = f"{sampler_cls}({dataset_code}, shuffle={shuffle_code})"
-        scale_batch = not per_process  # by per_rank_batch_size(), added where it is used
+        # ``batch_size=1`` (detection scripts: images of different sizes) cannot be
+        # shared: it stays one sample per process, and the global batch grows
+        one_each = isinstance(batch_expr, cst.Integer) and batch_expr.evaluated_value == 1
+        scale_batch = not per_process and not one_each  # by per_rank_batch_size(), added where it is used
 
         for index, (orig_arg, arg) in enumerate(zip(original.args, updated.args)):
             keyword = orig_arg.keyword.value if orig_arg.keyword is not None else None
@@ -433,6 +436,13 @@ class DistributedSamplerTransform(Transform):
                 original,
                 "batch_size is now per process: the global batch is batch_size x world size, "
                 "so scale the learning rate (linear rule, with warmup) or lower the batch",
+                code="DDP103",
+            )
+        elif one_each:
+            self.note(
+                batch_expr,
+                "batch_size=1 stays 1 per process (one sample cannot be shared): the global batch "
+                "is now 1 x world size, so the learning rate may need scaling (linear rule, with warmup)",
                 code="DDP103",
             )
         elif batch_expr is None and star is None:
