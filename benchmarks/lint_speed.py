@@ -153,6 +153,14 @@ def measure(
             run(DP2DDP + ["lint", "--no-config", "--exit-zero", "-q", str(corpus)], cwd=cache_root)
 
         results["dp2ddp lint (cold cache)"] = timed(cold, repeat)
+        for fmt in ("json", "sarif"):  # what CI runs: as fast as text (no fix is run)
+            results[f"dp2ddp lint --format {fmt} (no cache)"] = timed(
+                lambda: run(DP2DDP + ["lint", "--no-config", "--exit-zero", "--no-cache", "--format", fmt, str(corpus)]),
+                repeat,
+            )
+        results["dp2ddp lint --format text (no cache)"] = timed(
+            lambda: run(DP2DDP + ["lint", "--no-config", "--exit-zero", "--no-cache", str(corpus)]), repeat
+        )
         run(DP2DDP + ["lint", "--no-config", "--exit-zero", "-q", str(corpus)], cwd=cache_root)
         results["dp2ddp lint (warm cache)"] = timed(
             lambda: run(DP2DDP + ["lint", "--no-config", "--exit-zero", "-q", str(corpus)], cwd=cache_root),
@@ -192,6 +200,9 @@ def measure(
             print(f"  {'  the same, warm cache':<44} {results['TorchFix'] / results['dp2ddp convert --check (warm cache)']:9.1f} x")
     if "ruff check --select ALL" in results:
         print(f"  {'lint time / ruff time':<44} {lint / results['ruff check --select ALL']:9.2f} x")
+    text = results["dp2ddp lint --format text (no cache)"]
+    for fmt in ("json", "sarif"):
+        print(f"  {f'lint --format {fmt} / text':<44} {results[f'dp2ddp lint --format {fmt} (no cache)'] / text:9.2f} x")
     parse = results["LibCST parse every file (1 process)"]
     print(f"  {'lint time / LibCST parse floor':<44} {lint / parse:9.2f} x")
 

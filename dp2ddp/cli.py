@@ -321,6 +321,10 @@ def _codes(values) -> tuple:
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
 @click.option("--fix", is_flag=True, help="Apply safe fixes.")
 @click.option("--unsafe-fixes", is_flag=True, help="With --fix, apply unsafe fixes too.")
+@click.option(
+    "--fix-edits", "fix_edits_wanted", is_flag=True,
+    help="With --format json/sarif: give each fix's edits (the replacement lines); slower: it runs the fixes.",
+)
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="pyproject.toml to use.")
 @click.option("--no-config", is_flag=True, help="Ignore pyproject.toml.")
 @click.option("--exclude", multiple=True, metavar="PATTERN", help="gitignore-style pattern of paths to skip.")
@@ -328,7 +332,7 @@ def _codes(values) -> tuple:
 @click.option("--no-cache", is_flag=True, help="Analyse every file, even unchanged ones.")
 @click.option("-j", "--jobs", type=click.IntRange(0), default=0, help="Processes (default: all cores, for large runs).")
 @_internal_errors
-def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, config_path, no_config, exclude, quiet, no_cache, jobs):
+def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_edits_wanted, config_path, no_config, exclude, quiet, no_cache, jobs):
     """Report DataParallel usage and DDP pitfalls in PATHS (default: .).
 
     Text output is `path:line:col: CODE message`; a `[*]` marks findings that
@@ -337,6 +341,8 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
     """
     if no_config and config_path is not None:
         raise click.UsageError("--config and --no-config exclude each other")
+    if fix_edits_wanted and fmt not in ("json", "sarif"):
+        raise click.UsageError("--fix-edits goes with --format json or sarif")
     import dataclasses
 
     from dp2ddp import formats
@@ -428,7 +434,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, conf
             cache.save()
         if progress is not None:
             click.echo("\r" + " " * 40 + "\r", nl=False, err=True)
-        if fmt in ("json", "sarif"):
+        if fmt in ("json", "sarif") and fix_edits_wanted:
             fix_edits(sources, result.diagnostics)
         diagnostics += result.diagnostics
         files += result.files

@@ -530,6 +530,7 @@ def convert_sources(
     workers: int = 1,
     cache=None,
     post_check: bool = True,
+    only: Optional[Set[str]] = None,
 ) -> ConvertResult:
     """Convert a whole program given as {path: bytes}.
 
@@ -539,7 +540,9 @@ def convert_sources(
     for the per-file LibCST work.  ``cache``: a ``ConvertCache`` whose stored
     conversions stand in for converting a file again (the program's roles are
     always worked out afresh: they are part of each file's key).  ``post_check``:
-    lint the outputs (``self_check``) and report what the conversion left undone."""
+    lint the outputs (``self_check``) and report what the conversion left undone.
+    ``only``: convert just these files, each in the role the whole program gives
+    it (what lint's JSON shows as DDP001's fix), without the checks of the whole."""
     results: Dict[str, FileResult] = {}
     facts: Dict[str, FileFacts] = {}
     untouchable: Set[str] = set()  # scripts that do not use torch: never changed
@@ -615,7 +618,8 @@ def convert_sources(
                     )
                 )
             continue
-        jobs.append((path, result.source, role, settings, _nothing_to_do(facts[path])))
+        if only is None or path in only:
+            jobs.append((path, result.source, role, settings, _nothing_to_do(facts[path])))
     for path, output, findings, error, internal in _map_cached(
         _convert_one, jobs, workers, cache and cache.get, cache and cache.put
     ):
@@ -626,6 +630,8 @@ def convert_sources(
             result.findings = [f for f in findings if not is_local_data_parallel_note(f)] + _star_findings(
                 path, facts[path]
             )
+    if only is not None:
+        return ConvertResult(files=[results[p] for p in sorted(only) if p in results])
     _unsharded_data_note(results, facts, roles)
     if verify:
         _verify(results, settings, explicit, workers, cache)

@@ -454,7 +454,11 @@ def fix_edits(sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic]) -
         names = BY_CODE[code].FIX_TRANSFORMS
         if "*" in names:
             if whole is None:
-                whole = {f.path: f for f in convert_sources(dict(sources)).files}
+                # each file in the role the whole program gives it, but only the
+                # files with such a finding converted (not the repository)
+                program_wide = {p for (p, c) in by_key if "*" in BY_CODE[c].FIX_TRANSFORMS}
+                converted = convert_sources(dict(sources), verify=False, post_check=False, only=program_wide)
+                whole = {f.path: f for f in converted.files}
             fixed = whole.get(path)
         else:
             fixed = apply_transforms(path, sources[path], set(names))

@@ -88,7 +88,11 @@ def test_json_validates_against_the_published_schema(project):
     jsonschema.validate(data, schema)
     save = [d for d in data if d["code"] == "DDP302"]
     assert save and save[0]["fix"]["safety"] == "safe"
-    # the fix carries the replacement it makes
+    assert "edits" not in save[0]["fix"]  # (as fast as text: no fix is run)
+    # with --fix-edits the fix carries the replacement it makes
+    data = json.loads(lint(project, "--no-config", "--format", "json", "--fix-edits").stdout)
+    jsonschema.validate(data, schema)
+    save = [d for d in data if d["code"] == "DDP302"]
     edits = save[0]["fix"]["edits"]
     assert edits and "dist.get_rank() == 0" in "".join(e["content"] for e in edits)
 
@@ -311,7 +315,7 @@ def test_a_fix_that_does_not_apply_is_not_promised(tmp_path):
     # guarded automatically (there is no point where the group is sure to be up)
     script = tmp_path / "optional.py"
     script.write_text(OPTIONAL_DDP)
-    data = json.loads(lint(script, "--no-config", "--no-cache", "--format", "json").stdout)
+    data = json.loads(lint(script, "--no-config", "--no-cache", "--format", "json", "--fix-edits").stdout)
     (save,) = [d for d in data if d["code"] == "DDP302"]
     assert save["fix"] is None
     fixed = lint(script, "--no-config", "--no-cache", "--fix")
@@ -446,7 +450,7 @@ def test_a_fix_that_only_leaves_a_spot_writes_no_comment(tmp_path):
     result = lint(path, "--no-config", "--no-cache", "--fix")
     assert path.read_text() == source
     assert "DDP304" in result.stdout and result.exit_code == 1
-    data = json.loads(lint(path, "--no-config", "--no-cache", "--format", "json").stdout)
+    data = json.loads(lint(path, "--no-config", "--no-cache", "--format", "json", "--fix-edits").stdout)
     assert [d["fix"] for d in data if d["code"] == "DDP304"] == [None]
 
 
@@ -530,7 +534,7 @@ def test_a_findings_fix_edits_are_the_whole_fix(tmp_path):
     and helpers at the top too), not a fragment with undefined names."""
     script = tmp_path / "train.py"
     shutil.copy(FIXTURES / "e2e" / "dp_classifier" / "before" / "train.py", script)
-    data = json.loads(lint("--no-cache", "--format", "json", script).stdout)
+    data = json.loads(lint("--no-cache", "--format", "json", "--fix-edits", script).stdout)
     (finding,) = [d for d in data if d["code"] == "DDP001"]
     applied = _apply_edits(script.read_text(), finding["fix"]["edits"])
     lint("--no-cache", "--fix", "--unsafe-fixes", script)

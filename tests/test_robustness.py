@@ -287,7 +287,7 @@ def test_lint_reports_a_file_it_cannot_read_and_lints_the_others(tmp_path, monke
     assert sum(f"m{n:02d}.py:" in result.stdout for n in range(70)) == 68
 
 
-@pytest.mark.parametrize("args", [["--fix"], ["--format", "json"], ["--format", "sarif"]])
+@pytest.mark.parametrize("args", [["--fix"], ["--format", "json"], ["--format", "sarif"], ["--format", "json", "--fix-edits"]])
 def test_lint_fix_and_reports_go_on_past_an_unreadable_file(tmp_path, monkeypatch, args):
     """A file that cannot be read when linted is reported once and left out of
     what follows (the fix, the fix edits of a JSON/SARIF report)."""

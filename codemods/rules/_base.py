@@ -40,7 +40,7 @@ class Diagnostic:
     name: str
     severity: str
     message: str
-    #: None, or {"safety": "safe"|"unsafe", "description": ..., "edits": [...]}
+    #: None, or {"safety": "safe"|"unsafe", "description": ..., "edits": [...] (with --fix-edits)}
     fix: Optional[Dict[str, object]] = None
 
     def to_dict(self) -> Dict[str, object]:
@@ -97,7 +97,7 @@ class Rule:
             end_col = col
         fix = None
         if self.FIX:
-            fix = {"safety": self.FIX, "description": self.FIX_DESCRIPTION, "edits": []}
+            fix = {"safety": self.FIX, "description": self.FIX_DESCRIPTION}
         return Diagnostic(
             path=src.path,
             line=line,
