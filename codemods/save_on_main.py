@@ -24,12 +24,21 @@ When the script reads that path back later (``torch.load`` of the same path
 expression) a ``dist.barrier()`` follows, so that no rank reads a file that rank 0
 is still writing -- but only where every rank reaches that spot (not inside a
 condition); elsewhere the spot is reported.
+
+The folders and paths around the files (``_writes``, lint's DDP302 decision):
+``if not os.path.isdir(d): os.makedirs(d)`` -- every rank checks, every rank
+creates, the loser gets ``FileExistsError`` -- becomes ``os.makedirs(d,
+exist_ok=True)`` on every rank (so does a bare ``os.mkdir(d)``/``os.makedirs(d)``);
+``shutil.rmtree(p)``/``os.remove(p)`` of a shared path (``if os.path.isdir(p):
+shutil.rmtree(p)`` at start-up) goes on the main process, followed by
+``dist.barrier()`` where every rank reaches it -- or is reported where no barrier
+can go.
 """
 
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -38,6 +47,8 @@ from libcst.metadata import ScopeProvider
 from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
+from . import _writes as W
+from ._bridge import byte_offset
 from ._guard import MainProcessGuard, single_call
 
 _FILE_OPS = frozenset(
@@ -59,13 +70,99 @@ class SaveOnMainProcess(MainProcessGuard):
     CODE = "DDP302"
     NAME = "save-on-main"
     DESCRIPTION = "Guard torch.save (and the file operations after it) with a main-process check."
-    TRIGGERS = ("save", "open")  # (savefig, save_image, np.save too; with open(p, "w"); json.dump(x, open(p, "w")))
+    # (savefig, save_image, np.save too; with open(p, "w"); json.dump(x, open(p, "w")); folders made and removed)
+    TRIGGERS = ("save", "open", "mkdir", "makedirs", "rmtree", "remove", "unlink", "rmdir")
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._loaded_paths: Optional[Set[str]] = None
+        self._creations: Optional[Dict[Tuple[int, int], W.FolderCreation]] = None
+        self._removal_stmts: Optional[Dict[Tuple[int, int], W.Removal]] = None
+
+    # -- folders made and paths removed (``_writes``) ----------------------------
+    def _ast_key(self, node: cst.CSTNode) -> Tuple[int, int]:
+        """(line, ``ast``'s byte column) of ``node``: where the recognisers put it."""
+        line, column = self.position(node)
+        return line, byte_offset(self.ast_source.lines, line, column)
+
+    def _creation(self, node: cst.CSTNode) -> Optional[W.FolderCreation]:
+        """The racing folder creation whose call (or check-then-create ``if``) is ``node``."""
+        if self._creations is None:
+            self._creations = {}
+            for creation in W.folder_creations(self.ast_source):
+                self._creations[(creation.call.lineno, creation.call.col_offset)] = creation
+                if creation.check is not None:
+                    self._creations[(creation.check.lineno, creation.check.col_offset)] = creation
+        return self._creations.get(self._ast_key(node))
+
+    def _removals(self) -> Dict[Tuple[int, int], W.Removal]:
+        if self._removal_stmts is None:
+            self._removal_stmts = {(r.stmt.lineno, r.stmt.col_offset): r for r in W.removals(self.ast_source)}
+        return self._removal_stmts
+
+    def _removal(self, stmt: cst.CSTNode) -> Optional[W.Removal]:
+        """The removal of a shared path whose statement to guard is ``stmt``."""
+        if not isinstance(stmt, (cst.SimpleStatementLine, cst.If)):
+            return None
+        return self._removals().get(self._ast_key(stmt))
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        """``os.makedirs(d)`` / ``os.mkdir(d)`` -> ``os.makedirs(d, exist_ok=True)``:
+        safe on every rank (the first one creates it, the others find it)."""
+        if not self.is_call(original_node, W.MAKE_FOLDER) or P.under_main_process_check(self, original_node):
+            return updated_node
+        creation = self._creation(original_node)
+        if creation is None or (creation.call.lineno, creation.call.col_offset) != self._ast_key(original_node):
+            return updated_node
+        if creation.check is None:
+            self.changed(
+                original_node,
+                "os.makedirs(..., exist_ok=True): every rank creates the folder, and without exist_ok "
+                "all but the first would fail with FileExistsError",
+            )
+        func = updated_node.func
+        if isinstance(func, cst.Attribute):
+            func = func.with_changes(attr=cst.Name("makedirs"))
+        elif "os.mkdir" in self.qnames(original_node.func):
+            func = cst.Attribute(value=cst.Name(self.module_alias("os", "os")), attr=cst.Name("makedirs"))
+        args = [a for a in updated_node.args if not (a.keyword is not None and a.keyword.value == "exist_ok")]
+        if args and len(args) < len(updated_node.args):
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        call = updated_node.with_changes(func=func, args=args)
+        return P.append_arg(call, P.keyword_arg("exist_ok", cst.Name("True")))
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.BaseStatement:
+        """``if not os.path.isdir(d): os.makedirs(d)`` -> ``os.makedirs(d, exist_ok=True)``
+        (the call was rewritten on the way up); the ``if``'s comments stay above it."""
+        creation = self._creation(original_node)
+        if creation is None or creation.check is None or P.under_main_process_check(self, original_node):
+            return updated_node
+        if (creation.check.lineno, creation.check.col_offset) != self._ast_key(original_node):
+            return updated_node
+        body = updated_node.body
+        lead = list(updated_node.leading_lines)
+        if isinstance(body, cst.IndentedBlock):
+            if body.header.comment is not None:
+                lead.append(cst.EmptyLine(comment=body.header.comment))
+            stmt = body.body[0]
+            stmt = stmt.with_changes(leading_lines=[*lead, *stmt.leading_lines])
+        else:
+            stmt = cst.SimpleStatementLine(
+                body=[s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in body.body],
+                leading_lines=lead,
+                trailing_whitespace=body.trailing_whitespace,
+            )
+        self.changed(
+            original_node,
+            "check-then-create -> os.makedirs(..., exist_ok=True): every rank passed the check, "
+            "and all but the first to create the folder failed with FileExistsError",
+        )
+        return stmt
 
     def starts(self, stmt: cst.BaseStatement) -> Optional[str]:
+        removal = self._removal(stmt)
+        if removal is not None and removal.unfixable is None and self.before_process_group(stmt) is None:
+            return "the shared path is removed by the main process only (every rank would remove it)"
         call = single_call(stmt)
         if call is not None and self.is_call(call, N.TORCH_SAVE) and not self._per_rank_path(call):
             owner = self.parent(self.parent(stmt))
@@ -201,6 +298,8 @@ class SaveOnMainProcess(MainProcessGuard):
         )
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self.is_call(node, W.REMOVE_PATH):
+            self._report_removal(node)
         if self.is_call(node, N.TORCH_SAVE):
             self._note_whole_model(node)
         # a torch.save that is not a statement of its own (in an expression, a lambda)
@@ -208,6 +307,27 @@ class SaveOnMainProcess(MainProcessGuard):
             parent = self.parent(node)
             if not isinstance(parent, cst.Expr) and not P.under_main_process_check(self, node):
                 self.manual(node, "torch.save inside an expression: make sure only rank 0 writes")
+
+    def _report_removal(self, call: cst.Call) -> None:
+        """A removal of a shared path that cannot go on the main process with a
+        barrier after it (computed there, in a loop over a folder's listing, at
+        import time, before the process group is up): reported."""
+        if P.under_main_process_check(self, call) or self.parent(call) is None:
+            return
+        node = self.ast_call(call)
+        removal = next((r for r in self._removals().values() if r.call is node), None) if node else None
+        if removal is None:
+            return
+        stmt = self.statement_at(removal.stmt.lineno)
+        why = removal.unfixable
+        if why is None and stmt is not None:
+            block = self.parent(stmt)
+            if block is not None and not self.guardable_block(block):
+                why = self.before_process_group(stmt) or "it runs where the process group may not be up"
+            else:
+                why = self.before_process_group(stmt)
+        if why is not None:
+            self.manual(call, f"{W.REMOVAL_MESSAGE} -- not done here: {why}")
 
     def refuse(self, run: Sequence[cst.BaseStatement]) -> Optional[str]:
         """The file is read back before the first spot every rank reaches (``if
@@ -231,6 +351,10 @@ class SaveOnMainProcess(MainProcessGuard):
         return None
 
     def after_run(self, run: Sequence[cst.BaseStatement]) -> List[cst.BaseStatement]:
+        if self._removal(run[0]) is not None:
+            return self._barrier_after(
+                run[0], "no rank goes on before the main process has removed the path", what="the removal"
+            )
         paths = self._run_paths(run)
         if not paths & self._paths_loaded() or self._read_only_before(run[0], paths):
             return []
@@ -269,13 +393,13 @@ class SaveOnMainProcess(MainProcessGuard):
             isinstance(a, (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef, ast.AsyncFunctionDef)) for a in src.ancestors(calls[0])
         )
 
-    def _barrier_after(self, stmt: cst.BaseStatement, why: str) -> List[cst.BaseStatement]:
+    def _barrier_after(self, stmt: cst.BaseStatement, why: str, what: str = "the save") -> List[cst.BaseStatement]:
         """A barrier after ``stmt`` -- or after the if/with/try that holds it, where
         every rank gets -- so that no rank reads a file rank 0 is still writing."""
         anchor = self._anchor(stmt)
         barrier = cst.parse_statement(f"{self.dist()}.barrier()")
         if anchor is None:
-            self.manual(stmt, f"{why}: add dist.barrier() after the save where every rank reaches it")
+            self.manual(stmt, f"{why}: add dist.barrier() after {what} where every rank reaches it")
             return []
         if self._followed_by_barrier(anchor):
             return []  # (converted before)
@@ -288,7 +412,7 @@ class SaveOnMainProcess(MainProcessGuard):
                 f"after the guarded call of {only_main}(), where every rank reaches it",
             )
             return []
-        self.changed(stmt, f"dist.barrier() after the save: {why}")
+        self.changed(stmt, f"dist.barrier() after {what}: {why}")
         if anchor is stmt:
             return [barrier]
         self.insert_after(anchor, [barrier])

@@ -6,6 +6,7 @@ import ast
 from typing import Iterator, Optional
 
 from .. import _names as N
+from .. import _writes as W
 from .._analysis import (
     Source,
     called_unguarded,
@@ -39,6 +40,14 @@ class SaveOnEveryRank(Rule):
     buffer (`io.BytesIO`) or to a path that names the rank or comes from
     `tempfile` (one file per rank).
 
+    Also the folders and paths around those files: `if not os.path.isdir(d):
+    os.makedirs(d)` (or `os.mkdir`, `os.path.exists`, a bare `os.makedirs(d)`
+    without `exist_ok=True`) on every rank -- every rank passes the check, all
+    but the first to create the folder get `FileExistsError` -- and
+    `shutil.rmtree(p)` / `os.remove(p)` of a shared path on every rank (`if
+    os.path.isdir(p): shutil.rmtree(p)` at start-up): the others find it gone,
+    or lose what a rank wrote there.
+
     ## Why is this bad?
     All ranks hold the same weights and write the same path at the same time:
     wasted I/O at best, a corrupt or truncated checkpoint at worst (several
@@ -56,9 +65,19 @@ class SaveOnEveryRank(Rule):
     dist.barrier()  # if other ranks read the file afterwards
     ```
 
+    ```python
+    os.makedirs(folder, exist_ok=True)  # safe on every rank
+    if dist.get_rank() == 0:
+        shutil.rmtree("old_runs", ignore_errors=True)
+    dist.barrier()  # where every rank reaches it
+    ```
+
     ## Fix safety
     Safe: the file is written once, with the same content; a barrier is added
     where the script reads the file back and every rank reaches that spot.
+    A folder creation becomes `os.makedirs(path, exist_ok=True)`; a removal goes
+    on the main process with a `dist.barrier()` after it where every rank
+    reaches it (not fixed in a loop over a folder's listing).
     """
 
     CODE = "DDP302"
@@ -68,11 +87,15 @@ class SaveOnEveryRank(Rule):
     FIX = "safe"
     FIX_TRANSFORMS = ("save-on-main",)
     FIX_DESCRIPTION = "put torch.save behind `if dist.get_rank() == 0:`"
-    TRIGGERS = (("save", "istributed"), ("open", "istributed"))
+    TRIGGERS = (
+        ("save", "istributed"), ("open", "istributed"), ("mkdir", "istributed"), ("makedirs", "istributed"),
+        ("rmtree", "istributed"), ("remove", "istributed"), ("unlink", "istributed"), ("rmdir", "istributed"),
+    )
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
             return
+        yield from self._folders_and_removals(src)
         for stmt in src.of_type(ast.With):
             call = _open_for_writing(src, stmt)
             if call is None:
@@ -126,6 +149,24 @@ class SaveOnEveryRank(Rule):
                 )
                 if not all(is_pure(a) for a in call.args):
                     found.fix = None  # what it writes is computed there (maybe a collective): convert leaves it
+                yield found
+
+
+    def _folders_and_removals(self, src: Source) -> Iterator[Diagnostic]:
+        """``_writes``' decision (convert's save-on-main edits where it points)."""
+        for creation in W.folder_creations(src):
+            if W.every_rank(src, creation.call):
+                found = self.diagnostic(src, creation.call, W.FOLDER_MESSAGE)
+                if found.fix is not None:
+                    found.fix = {**found.fix, "description": "use `os.makedirs(path, exist_ok=True)`"}
+                yield found
+        for removal in W.removals(src):
+            if W.every_rank(src, removal.call):
+                found = self.diagnostic(src, removal.call, W.REMOVAL_MESSAGE)
+                if removal.unfixable is not None:
+                    found.fix = None
+                elif found.fix is not None:
+                    found.fix = {**found.fix, "description": "remove it behind `if dist.get_rank() == 0:`, then `dist.barrier()`"}
                 yield found
 
 
