@@ -76,6 +76,35 @@ class WrapModel(Transform):
                 "DistributedDataParallel by hand",
             )
             return
+        owner = self.enclosing_function(node)
+        index = _parameter_index(owner, model)
+        if index is not None:
+            # ``def define_optimizer(m): return Adam(m.parameters())``: a DDP wrap of ``m``
+            # there would be a local the training loop never sees -- wrap at the callers
+            self._wrap_at_callers(owner, index, model, node)
+            return
+        self._wrap_before_statement(model, node)
+
+    def _wrap_at_callers(self, helper: cst.FunctionDef, index: int, parameter: str, node: cst.Call) -> None:
+        name = helper.name.value
+        calls = [
+            c for c in P.find(self.module, cst.Call)
+            if m.matches(c.func, m.Name(name)) and self.enclosing_function(c) is not helper
+        ]
+        passed = [_argument(c, index, parameter) for c in calls]
+        if not calls or any(a is None or not P.dotted_name(a) for a in passed):
+            self.manual(
+                node,
+                f"this optimizer is built in {name}() from its argument {parameter}: wrap the module "
+                f"passed to {name}() in DistributedDataParallel before the call, by hand (where the "
+                "training loop uses it)",
+            )
+            return
+        for call, argument in zip(calls, passed):
+            self._wrap_before_statement(P.dotted_name(argument), call)
+
+    def _wrap_before_statement(self, model: str, node: cst.Call) -> None:
+        """``model = DistributedDataParallel(...)`` before the statement of ``node``."""
         stmt = self.statement_of(node)
         if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(
             self.parent(stmt), (cst.IndentedBlock, cst.Module)
@@ -151,6 +180,30 @@ class WrapModel(Transform):
             self.is_call(assign.value, N.DDP) and self.position(assign)[0] < line
             for assign in self.assignments_to(model, at)
         )
+
+
+def _parameter_index(func: Optional[cst.FunctionDef], name: str) -> Optional[int]:
+    """The position of ``name`` among ``func``'s parameters (``m`` of ``def
+    define_optimizer(m)``), None if it is not one (or ``func`` is a method)."""
+    if func is None or "." in name:
+        return None
+    params = [p.name.value for p in func.params.params]
+    if params[:1] == ["self"] or name not in params:
+        return None
+    return params.index(name)
+
+
+def _argument(call: cst.Call, index: int, name: str) -> Optional[cst.BaseExpression]:
+    """What ``call`` passes for the parameter at ``index`` named ``name``."""
+    for position, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            if arg.keyword.value == name:
+                return arg.value
+        elif position == index:
+            return arg.value
+    return None
 
 
 def _trained_module(params: cst.BaseExpression) -> Optional[str]:
