@@ -343,8 +343,24 @@ class DataParallelToDDP(Transform):
             if func.attr.value == "requires_grad_" and not _requires_grad_false(call):
                 return True
             if func.attr.value in ("parameters", "named_parameters") and owned(func.value):
-                if self.position(call)[0] > line:
+                if self.position(call)[0] > line and self._handed_to_an_optimizer(call):
                     return True  # optimizer(model.parameters()) after the wrap: it trains
+        return False
+
+    def _handed_to_an_optimizer(self, call: cst.Call) -> bool:
+        """The parameters of ``call`` go to whatever consumes them first -- through
+        ``list()``, ``filter()``, ``+`` and parameter-group lists and dicts: an
+        optimizer, or a call of the project's (a helper may build one) -- not
+        iterated in a loop or a comprehension (``sum(p.sum() for p in ...)`` for a log)."""
+        for anc in self.ancestors(call):
+            if isinstance(anc, (cst.Arg, cst.BinaryOperation, cst.List, cst.Tuple, cst.Element, cst.Dict, cst.DictElement)):
+                continue
+            if isinstance(anc, cst.Call):
+                names = self.qnames(anc.func)
+                if names & _PASSING_ON:
+                    continue
+                return not names & _CONSUMING
+            return False  # iterated (a for, a comprehension), or bound to a name
         return False
 
     def _frozen_model(
@@ -685,6 +701,9 @@ _CONDITIONAL_WRAP = (
 )
 
 #: Synchronized-BatchNorm-PyTorch's DataParallel helpers (``sync_batchnorm.replicate``)
+#: calls that hand parameters on, and calls that use them up (no optimizer there)
+_PASSING_ON = frozenset({"builtins.list", "builtins.filter", "builtins.tuple", "itertools.chain"})
+_CONSUMING = frozenset({"builtins.sum", "builtins.len", "builtins.any", "builtins.all", "builtins.max", "builtins.min", "builtins.print"})
 _DATA_PARALLEL_ONLY = frozenset({"patch_replication_callback"})  # (DataParallelWithCallback: DDP009)
 
 
