@@ -10,6 +10,9 @@ only edits where they point.
   ``exist_ok=True``: every rank checks, every rank creates, and the loser of
   the race gets ``FileExistsError``.  The fix is ``os.makedirs(d,
   exist_ok=True)``, safe on every rank.
+* ``frame_writes``: pandas' ``df.to_csv(path)`` / ``to_json`` / ``to_parquet`` /
+  ``to_pickle``... (a method of a DataFrame-like object, a path first) on a path
+  every rank shares: the same file written by each, like ``torch.save``.
 * ``removals``: ``shutil.rmtree(p)`` / ``os.remove(p)`` of a shared path (often
   ``if os.path.isdir(p): shutil.rmtree(p)`` at start-up): the second rank finds
   nothing to remove (``FileNotFoundError``) or removes what another rank just
@@ -32,6 +35,19 @@ REMOVE_PATH = frozenset({"shutil.rmtree", "os.remove", "os.unlink", "os.rmdir"})
 PATH_TESTS = frozenset({"os.path.isdir", "os.path.exists", "os.path.isfile", "os.path.lexists"})
 #: what lists a folder: a loop over it may run a different number of times on each rank
 LISTINGS = frozenset({"glob", "iglob", "listdir", "scandir", "walk", "iterdir", "rglob"})
+
+
+#: a DataFrame's (or Series') methods that write a whole file, path first
+FRAME_WRITE_METHODS = frozenset(
+    {"to_csv", "to_json", "to_parquet", "to_pickle", "to_excel", "to_feather", "to_hdf", "to_orc", "to_stata"}
+)
+#: their keyword for the path
+FRAME_PATH_KEYWORDS = ("path_or_buf", "path", "excel_writer", "fname")
+#: what reads such a file back: a write of it then needs a barrier
+FRAME_READS = frozenset(
+    {"pandas.read_csv", "pandas.read_json", "pandas.read_parquet", "pandas.read_pickle", "pandas.read_excel",
+     "pandas.read_feather", "pandas.read_hdf"}
+)
 
 
 @dataclass
@@ -86,6 +102,46 @@ def _check_then_create(src: A.Source, call: ast.Call, path: ast.AST) -> Optional
     if src.qualname(probe.func) not in PATH_TESTS or len(probe.args) != 1 or probe.keywords:
         return None
     return owner if ast.dump(probe.args[0]) == ast.dump(path) else None
+
+
+def frame_target(call: ast.Call) -> Optional[ast.AST]:
+    """The path of ``df.to_csv(path)`` (None for ``df.to_csv()``, which returns the text)."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr in FRAME_WRITE_METHODS):
+        return None
+    if call.args and not isinstance(call.args[0], ast.Starred):
+        target = call.args[0]
+    else:
+        target = next((k.value for k in call.keywords if k.arg in FRAME_PATH_KEYWORDS), None)
+    return None if target is None or A.is_none(target) else target
+
+
+def frame_writes(src: A.Source) -> List[ast.Call]:
+    """``df.to_csv(path)`` and the like to a path that is not this rank's own (nor
+    an in-memory buffer)."""
+    found = []
+    for call in src.calls:
+        target = frame_target(call)
+        if target is None or A.per_rank_target(src, target):
+            continue
+        if isinstance(target, ast.Name) and any(
+            isinstance(v, ast.Call) and A.last_name(v.func) == "open" for v in A.bound_values(src, target.id, with_items=True)
+        ):
+            continue  # a file object opened here (``with open(p, "w") as f: df.to_csv(f)``): the open decides
+        found.append(call)
+    return found
+
+
+def frame_write_is_pure(src: A.Source, call: ast.Call) -> bool:
+    """What ``df.to_csv(path)`` writes, and where, computes nothing but a pandas
+    object (``pd.DataFrame(history).to_csv(path)``): it may go behind a
+    main-process check."""
+    receiver = call.func.value  # type: ignore[attr-defined]
+    if isinstance(receiver, ast.Call) and src.qualname(receiver.func).startswith("pandas."):
+        parts = [*receiver.args, *(k.value for k in receiver.keywords)]
+    else:
+        parts = [receiver]
+    parts += [*call.args, *(k.value for k in call.keywords)]
+    return all(A.is_pure(p) for p in parts)
 
 
 def removals(src: A.Source) -> List[Removal]:

@@ -184,6 +184,11 @@ class SaveOnMainProcess(MainProcessGuard):
             if not all(P.is_pure(a.value) for a in call.args):
                 return None  # (what it writes is computed here: maybe a collective every rank must run)
             return f"{P.dotted_name(call.func)} runs on the main process only (every rank would write the same file)"
+        if call is not None and self._frame_write(call) is not None:  # pandas: df.to_csv(path)
+            node = self._frame_write(call)
+            if not W.frame_write_is_pure(self.ast_source, node):
+                return None  # (what it writes is computed here)
+            return f"{P.dotted_name(call.func) or call.func.attr.value} runs on the main process only (every rank would write the same file)"
         if call is not None and self.is_call(call, N.WRITE_DUMPS) and not self._per_rank_path(call):
             node = self.ast_call(call)  # json.dump(history, open(path, "w"))
             if node is not None and A.dumped_into_open(self.ast_source, node) and all(
@@ -191,6 +196,15 @@ class SaveOnMainProcess(MainProcessGuard):
             ):
                 return f"{P.dotted_name(call.func)} into a file runs on the main process only (every rank would write the same file)"
         return None
+
+    def _frame_write(self, call: cst.Call):
+        """The ``ast`` call of ``df.to_csv(path)`` when ``_writes.frame_writes`` (lint's
+        DDP302 decision) takes it, else None."""
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in W.FRAME_WRITE_METHODS):
+            return None
+        if getattr(self, "_frames", None) is None:
+            self._frames = {(c.lineno, c.col_offset): c for c in W.frame_writes(self.ast_source)}
+        return self._frames.get(self._ast_key(call))
 
     def _per_rank_path(self, call: cst.Call) -> bool:
         """A target every rank needs or has its own of (a path that names the rank,
@@ -567,7 +581,8 @@ class SaveOnMainProcess(MainProcessGuard):
         """``torch.load`` calls in ``scope`` -- and, with ``files``, ``open(p)`` to read."""
         return [
             c for c in _calls(scope)
-            if self.is_call(c, N.TORCH_LOAD) or files and (_reads(c) or self.is_call(c, N.ARTIFACT_READS))
+            if self.is_call(c, N.TORCH_LOAD)
+            or files and (_reads(c) or self.is_call(c, N.ARTIFACT_READS) or self.is_call(c, W.FRAME_READS))
         ]
 
     def _run_paths(self, run: Sequence[cst.BaseStatement]) -> Set[str]:
@@ -585,6 +600,12 @@ class SaveOnMainProcess(MainProcessGuard):
         if call is not None and self.is_call(call, N.ARTIFACT_WRITES):  # np.save(path, x)
             index = next(N.ARTIFACT_PATH_ARG[q] for q in self.qnames(call.func) if q in N.ARTIFACT_PATH_ARG)
             return self._file_of(call.args[index].value) if len(call.args) > index else None
+        if call is not None and self._frame_write(call) is not None:  # df.to_csv(path)
+            target = W.frame_target(self._frame_write(call))
+            arg = call.args[0] if call.args and call.args[0].keyword is None else next(
+                (a for a in call.args if a.keyword is not None and a.keyword.value in W.FRAME_PATH_KEYWORDS), None
+            )
+            return self._file_of(arg.value) if target is not None and arg is not None else None
         if call is not None and self.is_call(call, N.WRITE_DUMPS):  # json.dump(x, open(path, "w"))
             opened = next((a.value for a in call.args if isinstance(a.value, cst.Call) and _writes(a.value)), None)
             return self._file_of(opened.args[0].value) if opened is not None and opened.args else None

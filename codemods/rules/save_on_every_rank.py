@@ -31,7 +31,8 @@ class SaveOnEveryRank(Rule):
     script writes, `torchvision.utils.save_image`, `matplotlib.pyplot.savefig`/`imsave`
     and safetensors' `save_file`/`save_model`, a `with open(path, "w") as f:`
     whose body only writes the file (`json.dump(history, f)`, `f.write(...)`,
-    a csv writer's rows) -- that every rank reaches: not under a
+    a csv writer's rows), pandas' `df.to_csv(path)` / `to_json` / `to_parquet` /
+    `to_pickle` -- that every rank reaches: not under a
     main-process check (`if dist.get_rank() == 0:`, `if is_main_process():`,
     `if args.local_rank in [-1, 0]:`, after `if rank != 0: return`), and not in a
     function that this file only calls under such a check. A function this file
@@ -90,12 +91,23 @@ class SaveOnEveryRank(Rule):
     TRIGGERS = (
         ("save", "istributed"), ("open", "istributed"), ("mkdir", "istributed"), ("makedirs", "istributed"),
         ("rmtree", "istributed"), ("remove", "istributed"), ("unlink", "istributed"), ("rmdir", "istributed"),
+        ("to_", "istributed"),
     )
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
             return
         yield from self._folders_and_removals(src)
+        for call in W.frame_writes(src):  # pandas: df.to_csv(path)
+            if _in_writing_with(src, call) or not W.every_rank(src, call):
+                continue
+            found = self.diagnostic(
+                src, call, f"{dotted(call.func) or call.func.attr} runs on every rank: the same file is written by "
+                "each; write it from the main process only (if dist.get_rank() == 0)"
+            )
+            if not W.frame_write_is_pure(src, call):
+                found.fix = None  # what it writes is computed there: convert leaves it
+            yield found
         for stmt in src.of_type(ast.With):
             call = _open_for_writing(src, stmt)
             if call is None:
