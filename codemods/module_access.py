@@ -98,6 +98,20 @@ class ModuleAccess(Transform):
             else:
                 self._wrapped.setdefault(func or self.module, []).append((name, line))
                 self._follow_calls(func or self.module, name, line)
+                if func is None and "." not in name:
+                    self._follow_global(name, line)
+
+    def _follow_global(self, name: str, line: int) -> None:
+        """A model wrapped at module level and used as a global by the file's
+        functions (``def train_step(x): hidden = rnn.init_hidden(...)``): those
+        functions see the wrapper too -- unless one also runs before the wrap."""
+        for function in (s for s in self.module.body if isinstance(s, cst.FunctionDef)):
+            if not _uses_global(function, name):
+                continue
+            if self._called_before(function, self.module, line):
+                continue
+            if (name, 0) not in self._wrapped.get(function, []):
+                self._wrapped.setdefault(function, []).append((name, 0))
 
     def _follow_calls(self, scope: cst.CSTNode, name: str, line: int, cls: Optional[cst.ClassDef] = None, depth: int = 0) -> None:
         """Functions, classes and methods of this file that receive the wrapped model
@@ -358,6 +372,17 @@ class ModuleAccess(Transform):
     def _is_assign_target(self, node: cst.Attribute) -> bool:
         parent = self.parent(node)
         return isinstance(parent, cst.AssignTarget)
+
+
+def _uses_global(function: cst.FunctionDef, name: str) -> bool:
+    """``function`` reads the module's ``name`` (not a parameter, never bound in it)."""
+    if name in {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}:
+        return False
+    bound = any(
+        isinstance(t.target, cst.Name) and t.target.value == name
+        for a in P.find(function, cst.Assign) for t in a.targets
+    ) or any(m.matches(g, m.Global()) for g in P.find(function, cst.Global))
+    return not bound and any(n.value == name for n in P.find(function, cst.Name))
 
 
 def _method(cls: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:
