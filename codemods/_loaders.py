@@ -225,3 +225,77 @@ def statistics_pass(src: Source, loop: ast.AST) -> bool:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and "model" in node.func.id.lower():
             return False
     return True
+
+
+#: calls whose arguments only show a value (the global batch size in a log line is still right)
+_SHOWN = frozenset({"print", "info", "debug", "warning", "log", "echo", "write", "add_argument", "add_scalar",
+                    "format", "set_description", "set_postfix"})
+
+
+def batch_uses_elsewhere(src: Source, batch: str, loader_call: ast.Call) -> List[ast.AST]:
+    """The uses of the global batch expression ``batch`` (``args.batch_size``)
+    in the functions of the file other than the one that builds the training
+    loader ``loader_call`` -- a loss, a helper the training loop calls
+    (``torch.arange(args.batch_size)`` of an InfoNCE loss): once the loader is
+    sharded they see this process's share of each batch, not the global one.
+    Left out: the ``batch_size`` of another DataLoader (an evaluation one, whole),
+    a value only shown (``print``, a log call, an f-string), a learning-rate
+    scaling, an evaluation function (it iterates a whole loader), and a plain
+    name that the function binds itself (another variable)."""
+    home = src.function_of(loader_call)
+    uses: List[ast.AST] = []
+    for node in src.nodes:
+        if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(node.ctx, ast.Load):
+            continue
+        if dotted(node) != batch:
+            continue
+        func = src.function_of(node)
+        if func is None or func is home or isinstance(func, ast.Lambda) and src.function_of(func) is home:
+            continue
+        if _eval_function(src, func):
+            continue
+        if isinstance(node, ast.Name) and (
+            node.id in _parameters(func) or any(
+                node.id in _target_names(t)
+                for a in src.of_type(ast.Assign) if src.function_of(a) is func for t in a.targets
+            )
+        ):
+            continue
+        if _shown_or_passed_on(src, node):
+            continue
+        uses.append(node)
+    return uses
+
+
+def _eval_function(src: Source, func: ast.AST) -> bool:
+    from ._analysis import is_eval_name
+
+    for f in [func, *src.ancestors(func)]:
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and is_eval_name(f.name):
+            return True
+    return False
+
+
+def _shown_or_passed_on(src: Source, node: ast.AST) -> bool:
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, ast.JoinedStr):
+            return True
+        if isinstance(anc, ast.Call):
+            if last_name(anc.func) in _SHOWN:
+                return True
+            if src.qualname(anc.func) in N.DATA_LOADER and (
+                child in anc.args[1:2] or any(k.value is child and k.arg == "batch_size" for k in anc.keywords)
+            ):
+                return True  # (another loader's batch_size)
+        if isinstance(anc, ast.stmt):
+            text = src.segment(anc).lower()
+            return "lr" in _words(text) or "learning_rate" in text
+        child = anc
+    return False
+
+
+def _words(text: str) -> set:
+    import re
+
+    return set(re.findall(r"[a-z_]+", text)) | {w for t in re.findall(r"[a-z_]+", text) for w in t.split("_")}

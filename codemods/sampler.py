@@ -45,7 +45,9 @@ from libcst.metadata import ScopeProvider
 
 from . import _analysis as A
 from . import _names as N
+from . import _loaders as L
 from . import _patterns as P
+from ._bridge import character_column
 from ._base import FileRole, Transform
 
 PER_RANK_BATCH_SIZE = '''
@@ -98,7 +100,31 @@ class DistributedSamplerTransform(Transform):
             if self.role.program_loads_data:
                 self._note_in_batch_comparison(needs_a_loss=True)
             return False
+        # (before any statement is left: the uses may come earlier in the file than the loader)
+        for call in P.find(node, cst.Call):
+            if self.is_call(call, N.DATA_LOADER) and self._will_share_the_batch(call):
+                self._report_batch_uses_elsewhere(call, _arg(call, 1, "batch_size"))
         return True
+
+    def _will_share_the_batch(self, call: cst.Call) -> bool:
+        """``_convert`` will give this loader a DistributedSampler and divide its
+        ``batch_size`` expression by the world size (what the loader's
+        ``leave_Call`` decides, asked before the pass)."""
+        batch = _arg(call, 1, "batch_size")
+        if self.settings.batch_size == "per-process" or batch is None or not P.dotted_name(batch):
+            return False
+        if not _given_outside(call, 1, "batch_size") or any(a.star == "*" for a in call.args):
+            return False
+        if _arg(call, 4, "batch_sampler") is not None and not _is_none(_arg(call, 4, "batch_sampler")):
+            return False
+        sampler = _arg(call, 3, "sampler")
+        if sampler is not None and not _is_none(sampler) and self._plain_sampler(call) is None:
+            value = self.only_value(sampler, pure=False) if isinstance(sampler, cst.Name) else None
+            if not (isinstance(value, cst.Call) and self.is_call(value, N.RANDOM_SAMPLER | N.SEQUENTIAL_SAMPLER)):
+                return False
+        if self.classify(call)[0] != "train" or self.before_process_group(call):
+            return False
+        return not self._iterable_dataset(call)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.is_call(original_node, N.RANDOM_SAMPLER | N.SEQUENTIAL_SAMPLER):
@@ -659,6 +685,37 @@ class DistributedSamplerTransform(Transform):
         for loop in P.find(scope, cst.For):
             if target in {P.dotted_name(x) for x in _iterated(loop.iter)} and not _binds(loop, name):
                 self._batch_loops[loop] = name
+
+    def _report_batch_uses_elsewhere(self, loader: cst.Call, batch: cst.BaseExpression) -> None:
+        """The global batch used in another function of the file -- a loss or a
+        helper that the training loop runs on its batches (``_loaders.batch_uses_elsewhere``):
+        reported, since each process's batches now hold its share only
+        (``torch.arange(args.batch_size)`` against a half batch: a shape mismatch)."""
+        name = P.dotted_name(batch)
+        call = self.ast_call(loader)
+        if not name or call is None:
+            return
+        uses = L.batch_uses_elsewhere(self.ast_source, name, call)
+        if not uses:
+            return
+        lines = self.ast_source.lines
+        wanted = {(u.lineno, character_column(lines, u.lineno, u.col_offset)) for u in uses}
+        for node in P.find(self.module, cst.Name, cst.Attribute):
+            if self.position(node) not in wanted or P.dotted_name(node) != name:
+                continue
+            stmt = self.statement_of(node)
+            if stmt is None or stmt in self._batch_reported:
+                continue
+            self._batch_reported.add(stmt)
+            func = self.enclosing_function(node)
+            where = f"{func.name.value}()" if func is not None else "this code"
+            self.manual(
+                node,
+                f"{name} is the global batch, but {where} may run on the training loader's batches, "
+                f"which now hold per_rank_batch_size({name}) samples per process: use the batch's own "
+                "size (x.size(0)) here, or convert with --batch-size per-process",
+                code="DDP103",
+            )
 
     def _loop_batch(self, node: cst.CSTNode) -> str:
         """The global batch expression watched in the loop around ``node`` ("" if none)."""
