@@ -1813,10 +1813,25 @@ def whole_model_saves(src: Source, wrappers: FrozenSet[str]) -> Dict[int, Tuple[
                     isinstance(call, ast.Call)
                     and src.qualname(call.func) == "torch.save"
                     and call.args
-                    and dotted(call.args[0]) == name
+                    and pickles_whole(call.args[0], name)
                 ):
                     saves[call.lineno] = (assign.lineno, name)
     return saves
+
+
+def pickles_whole(saved: ast.AST, name: str) -> bool:
+    """What ``torch.save`` gets holds the model object ``name`` itself: the model,
+    a dict or list with it as a value (``{"net": net, "epoch": e}``), or the
+    DataParallel idiom ``net.module if use_cuda else net``."""
+    if dotted(saved) == name:
+        return True
+    if isinstance(saved, ast.Dict):
+        return any(pickles_whole(v, name) for v in saved.values)
+    if isinstance(saved, (ast.List, ast.Tuple)):
+        return any(pickles_whole(e, name) for e in saved.elts)
+    if isinstance(saved, ast.IfExp):
+        return {dotted(saved.body), dotted(saved.orelse)} == {name, f"{name}.module"}
+    return False
 
 
 def loaded_back(src: Source, name: str) -> bool:

@@ -460,7 +460,7 @@ class DataParallelToDDP(Transform):
         if self._saves is None:
             self._saves = A.whole_model_saves(self.ast_source, N.DATA_PARALLEL)
         wrap = self._saves.get(self.position(call)[0])
-        return wrap is not None and wrap[0] in self._wrapped_lines and P.dotted_name(call.args[0].value) == wrap[1]
+        return wrap is not None and wrap[0] in self._wrapped_lines and _holds_the_model(call.args[0].value, wrap[1])
 
     def _report_helper_save(self, call: cst.Call) -> None:
         """``save_model(model, path)`` after a converted wrap, where ``save_model``
@@ -485,7 +485,8 @@ class DataParallelToDDP(Transform):
         """``torch.save(model, path)`` pickled the DataParallel wrapper, which loads
         anywhere; a pickled DDP wrapper needs a process group to load.  The wrapped
         module is saved instead."""
-        name = P.dotted_name(original.args[0].value)
+        wrap = self._saves[self.position(original)[0]]
+        name = wrap[1]
         first = updated.args[0]
         self.changed(
             original,
@@ -493,8 +494,7 @@ class DataParallelToDDP(Transform):
             "loaded without a process group; code that loads this file now gets the model "
             "itself (no .module)",
         )
-        value = cst.Attribute(value=first.value, attr=cst.Name("module"))
-        return updated.with_changes(args=[first.with_changes(value=value), *updated.args[1:]])
+        return updated.with_changes(args=[first.with_changes(value=_bare(first.value, name)), *updated.args[1:]])
 
 
     def _isinstance(self, original: cst.Call, updated: cst.Call) -> cst.Call:
@@ -701,6 +701,41 @@ _CONDITIONAL_WRAP = (
 )
 
 #: Synchronized-BatchNorm-PyTorch's DataParallel helpers (``sync_batchnorm.replicate``)
+def _holds_the_model(saved: cst.BaseExpression, name: str) -> bool:
+    """(``_analysis.pickles_whole``, on the LibCST node of the same expression)"""
+    if P.dotted_name(saved) == name:
+        return True
+    if isinstance(saved, cst.Dict):
+        return any(isinstance(e, cst.DictElement) and _holds_the_model(e.value, name) for e in saved.elements)
+    if isinstance(saved, (cst.List, cst.Tuple)):
+        return any(isinstance(e, cst.Element) and _holds_the_model(e.value, name) for e in saved.elements)
+    if isinstance(saved, cst.IfExp):
+        return {P.dotted_name(saved.body), P.dotted_name(saved.orelse)} == {name, f"{name}.module"}
+    return False
+
+
+def _bare(saved: cst.BaseExpression, name: str) -> cst.BaseExpression:
+    """``saved`` with the model in it replaced by ``name.module``: ``net`` ->
+    ``net.module``, ``{"net": net}`` -> ``{"net": net.module}``, ``net.module if
+    use_cuda else net`` -> ``net.module`` (every process wraps now)."""
+    if P.dotted_name(saved) == name:
+        return cst.Attribute(value=saved, attr=cst.Name("module"))
+    if isinstance(saved, cst.IfExp) and _holds_the_model(saved, name):
+        inner = saved.body if P.dotted_name(saved.body) == f"{name}.module" else saved.orelse
+        return inner.with_changes(lpar=saved.lpar, rpar=saved.rpar)
+    if isinstance(saved, cst.Dict):
+        return saved.with_changes(elements=[
+            e.with_changes(value=_bare(e.value, name)) if isinstance(e, cst.DictElement) else e
+            for e in saved.elements
+        ])
+    if isinstance(saved, (cst.List, cst.Tuple)):
+        return saved.with_changes(elements=[
+            e.with_changes(value=_bare(e.value, name)) if isinstance(e, cst.Element) else e
+            for e in saved.elements
+        ])
+    return saved
+
+
 #: calls that hand parameters on, and calls that use them up (no optimizer there)
 _PASSING_ON = frozenset({"builtins.list", "builtins.filter", "builtins.tuple", "itertools.chain"})
 _CONSUMING = frozenset({"builtins.sum", "builtins.len", "builtins.any", "builtins.all", "builtins.max", "builtins.min", "builtins.print"})
