@@ -292,6 +292,8 @@ class ModuleAccess(Transform):
         if not (self.is_call(original_node, N.TORCH_SAVE) and original_node.args):
             return updated_node
         first = original_node.args[0]
+        if first.keyword is None and isinstance(first.value, (cst.Dict, cst.List, cst.Tuple)):
+            return self._container_saved(original_node, updated_node)
         if first.keyword is not None or not self._is_wrapped(first.value, original_node):
             return updated_node
         name = P.dotted_name(first.value)
@@ -303,6 +305,29 @@ class ModuleAccess(Transform):
         new_first = updated_node.args[0]
         value = cst.Attribute(value=new_first.value, attr=cst.Name("module"))
         return updated_node.with_changes(args=[new_first.with_changes(value=value), *updated_node.args[1:]])
+
+    def _container_saved(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``torch.save({"decoder": decoder, "epoch": e}, path)``: the wrapped model
+        held in the dict (or list) is saved as ``decoder.module``, the model as before."""
+        old_value, new_value = original.args[0].value, updated.args[0].value
+        elements = []
+        changed = []
+        for old, new in zip(old_value.elements, new_value.elements):
+            value = getattr(old, "value", None)
+            if isinstance(old, (cst.DictElement, cst.Element)) and value is not None and self._is_wrapped(value, original):
+                name = P.dotted_name(value)
+                if A.loaded_back(self.ast_source, name):
+                    self.manual(original, _loaded_back_message(name))
+                    return updated
+                changed.append(name)
+                new = new.with_changes(value=cst.Attribute(value=new.value, attr=cst.Name("module")))
+            elements.append(new)
+        if not changed:
+            return updated
+        for name in changed:
+            self.changed(original, f"torch.save saves {name}.module in the checkpoint: the model, as before, not its DDP wrapper")
+        first = updated.args[0].with_changes(value=new_value.with_changes(elements=elements))
+        return updated.with_changes(args=[first, *updated.args[1:]])
 
     def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.Subscript:
         """``model[0]`` of a wrapped ``nn.Sequential``: DDP is not indexable."""
