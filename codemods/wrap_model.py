@@ -25,7 +25,7 @@ first ``backward()``): there is no module to tell.
 
 from __future__ import annotations
 
-from typing import Optional, Set
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 import libcst.matchers as m
@@ -48,7 +48,8 @@ class WrapModel(Transform):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._wrapped: Set[tuple] = set()
+        #: (function, model) -> the statements before which it was wrapped
+        self._wrapped: Dict[tuple, List[cst.CSTNode]] = {}
         self._by_hand_noted = False  # (a program without an optimizer: said once)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -113,9 +114,14 @@ class WrapModel(Transform):
             return
         owner = self.enclosing_function(node)
         key = (owner, model)
-        if key in self._wrapped or self._is_ddp(model, node):
+        if self._is_ddp(model, node):
             return
-        self._wrapped.add(key)
+        if key in self._wrapped:
+            # wrapped already -- unless on the other side of an if/else, which this
+            # path never went through (a test-mode branch that builds an optimizer too)
+            if not all(self._exclusive(stmt, earlier) for earlier in self._wrapped[key]):
+                return
+        self._wrapped.setdefault(key, []).append(stmt)
         references = list(A.bare_data_parallel_references(self.ast_source))
         if references:
             self.manual(
@@ -150,6 +156,21 @@ class WrapModel(Transform):
         )
         self.insert_before(stmt, [wrap])
         self.changed(node, f"{model} is wrapped in DistributedDataParallel before its optimizer is built")
+
+    def _exclusive(self, one: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """``one`` and ``other`` lie on the two sides of one if/else: no run reaches both."""
+        above_other = list(self.ancestors(other))
+        child = one
+        for anc in self.ancestors(one):
+            if isinstance(anc, cst.If) and anc in above_other:
+                sides = (anc.body, anc.orelse)
+                mine = next((s for s in sides if s is child), None)
+                theirs = next((s for s in sides if s is not None and any(a is s for a in above_other)), None)
+                return mine is not None and theirs is not None and mine is not theirs
+            if isinstance(anc, (cst.FunctionDef, cst.Module)):
+                return False
+            child = anc
+        return False
 
     def _data_parallel_like(self, model: str, at: cst.CSTNode) -> Optional[str]:
         """The class ``model`` was built with when that is a DataParallel subclass of
