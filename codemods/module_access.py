@@ -106,8 +106,8 @@ class ModuleAccess(Transform):
         functions (``def train_step(x): hidden = rnn.init_hidden(...)``): those
         functions see the wrapper too -- unless one also runs before the wrap."""
         for function in (s for s in self.module.body if isinstance(s, cst.FunctionDef)):
-            if not _uses_global(function, name):
-                continue
+            if not _uses_global(function, name) or not _needs_the_module(function, name):
+                continue  # (calls, train()/eval(), parameters(): DDP provides them)
             if self._called_before(function, self.module, line):
                 continue
             if (name, 0) not in self._wrapped.get(function, []):
@@ -141,6 +141,8 @@ class ModuleAccess(Transform):
                 continue
             func = call.func
             if isinstance(func, cst.Name) and func.value in defs:
+                if not any(P.dotted_name(a.value) == name for a in call.args):
+                    continue  # (the model is not handed to it: nothing to follow, nothing to say)
                 if self._called_before(defs[func.value], scope, line):
                     continue
                 self._follow_into(defs[func.value], call, name, None, depth)
@@ -408,6 +410,14 @@ def _uses_global(function: cst.FunctionDef, name: str) -> bool:
         for a in P.find(function, cst.Assign) for t in a.targets
     ) or any(m.matches(g, m.Global()) for g in P.find(function, cst.Global))
     return not bound and any(n.value == name for n in P.find(function, cst.Name))
+
+
+def _needs_the_module(function: cst.FunctionDef, name: str) -> bool:
+    """``function`` reaches an attribute of ``name`` that DDP does not forward."""
+    return any(
+        m.matches(a.value, m.Name(name)) and a.attr.value not in DDP_API
+        for a in P.find(function, cst.Attribute)
+    )
 
 
 def _method(cls: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:
