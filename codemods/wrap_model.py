@@ -158,10 +158,7 @@ class WrapModel(Transform):
         if any(self.is_call(a.value, N.TORCH_LOAD) for a in self.assignments_to(model, node)):
             # a whole model loaded back may be an old DataParallel pickle: DDP around it
             # would nest two wrappers
-            torch = self.torch()
-            unwrap = [cst.parse_statement(
-                f"if isinstance({model}, {torch}.nn.DataParallel):\n    {model} = {model}.module\n"
-            )]
+            unwrap = [cst.parse_statement(f'{model} = getattr({model}, "module", {model})  # (a DataParallel pickle)\n')]
             self.changed(node, f"{model} is loaded whole: an old DataParallel pickle is unwrapped before the DDP wrap")
         self.insert_before(stmt, [*unwrap, wrap])
         self.changed(node, f"{model} is wrapped in DistributedDataParallel before its optimizer is built")
