@@ -1819,6 +1819,44 @@ def whole_model_saves(src: Source, wrappers: FrozenSet[str]) -> Dict[int, Tuple[
     return saves
 
 
+def checkpoint_dicts_holding(src: Source, wrappers: FrozenSet[str]) -> Dict[int, Tuple[int, str]]:
+    """line of a dict literal -> (wrap line, model), for ``state = {"net": net, ...}``
+    handed to ``torch.save(state, ...)`` later in the same function, where ``net`` is
+    a model wrapped by one of ``wrappers``: earlier in that function, or at module
+    level with the function reading it as a global (a checkpoint helper of a script)."""
+    found: Dict[int, Tuple[int, str]] = {}
+    wraps = [(assign, name, src.function_of(assign)) for assign, name, _ in _wrapped_models(src, wrappers)]
+    if not wraps:
+        return found
+    for assign in src.of_type(ast.Assign):
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0], ast.Name) or not isinstance(
+            assign.value, (ast.Dict, ast.List, ast.Tuple)
+        ):
+            continue
+        holder, scope = assign.targets[0].id, src.function_of(assign)
+        saved = any(
+            isinstance(c, ast.Call) and src.qualname(c.func) == "torch.save" and c.args
+            and isinstance(c.args[0], ast.Name) and c.args[0].id == holder and c.lineno > assign.lineno
+            for c in _walk_here_body(scope) if scope is not None
+        ) if scope is not None else any(
+            src.qualname(c.func) == "torch.save" and c.args and isinstance(c.args[0], ast.Name)
+            and c.args[0].id == holder and c.lineno > assign.lineno and src.function_of(c) is None
+            for c in src.calls
+        )
+        if not saved:
+            continue
+        for wrap, name, wrapped_in in wraps:
+            if not pickles_whole(assign.value, name):
+                continue
+            if wrapped_in is scope and wrap.lineno < assign.lineno:
+                found[assign.value.lineno] = (wrap.lineno, name)
+            elif wrapped_in is None and scope is not None and "." not in name and not any(
+                isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(scope)
+            ) and name not in {a.arg for a in scope.args.args}:
+                found[assign.value.lineno] = (wrap.lineno, name)
+    return found
+
+
 def pickles_whole(saved: ast.AST, name: str) -> bool:
     """What ``torch.save`` gets holds the model object ``name`` itself: the model,
     a dict or list with it as a value (``{"net": net, "epoch": e}``), or the

@@ -64,6 +64,7 @@ class DataParallelToDDP(Transform):
         #: lines of the wraps converted (the statement's first line)
         self._wrapped_lines: Set[int] = set()
         self._saves: Optional[Dict[int, Tuple[int, str]]] = None
+        self._checkpoint_dicts: Optional[Dict[int, Tuple[int, str]]] = None
         self._helper_saves: Optional[Dict[int, Tuple[int, str, str, str]]] = None
         self._unwrapped_noted = False
         self._frozen_left: Set[cst.Call] = set()
@@ -96,6 +97,24 @@ class DataParallelToDDP(Transform):
                     f"class {node.name.value} subclasses DataParallel: port it to a DDP "
                     "wrapper (or drop it) by hand",
                 )
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        """``state = {"net": net, ...}`` later handed to ``torch.save(state, ...)``:
+        the checkpoint holds the bare model (see ``_bare``)."""
+        if not isinstance(original_node.value, (cst.Dict, cst.List, cst.Tuple)) or not self._wrapped_lines:
+            return updated_node
+        if self._checkpoint_dicts is None:
+            self._checkpoint_dicts = A.checkpoint_dicts_holding(self.ast_source, N.DATA_PARALLEL)
+        found = self._checkpoint_dicts.get(self.position(original_node.value)[0])
+        if found is None or found[0] not in self._wrapped_lines or not _holds_the_model(original_node.value, found[1]):
+            return updated_node
+        name = found[1]
+        self.changed(
+            original_node,
+            f"the checkpoint saved from here holds {name}.module: a pickled DDP wrapper cannot be "
+            "loaded without a process group; code that loads it now gets the model itself (no .module)",
+        )
+        return updated_node.with_changes(value=_bare(updated_node.value, name))
 
     # calls -------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
