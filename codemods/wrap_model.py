@@ -79,9 +79,9 @@ class WrapModel(Transform):
             return
         owner = self.enclosing_function(node)
         index = _parameter_index(owner, model)
-        if index is not None:
+        if index is not None and not _trains_here(owner):
             # ``def define_optimizer(m): return Adam(m.parameters())``: a DDP wrap of ``m``
-            # there would be a local the training loop never sees -- wrap at the callers
+            # there would be a local the training loop (elsewhere) never sees -- wrap at the callers
             self._wrap_at_callers(owner, index, model, node)
             return
         self._wrap_before_statement(model, node)
@@ -155,7 +155,10 @@ class WrapModel(Transform):
             f"{self.torch()}.cuda.is_available() else None)"
         )
         unwrap = []
-        if any(self.is_call(a.value, N.TORCH_LOAD) for a in self.assignments_to(model, node)):
+        line = self.position(node)[0]
+        if any(
+            self.is_call(a.value, N.TORCH_LOAD) and self.position(a)[0] < line for a in self.assignments_to(model, node)
+        ):
             # a whole model loaded back may be an old DataParallel pickle: DDP around it
             # would nest two wrappers
             unwrap = [cst.parse_statement(f'{model} = getattr({model}, "module", {model})  # (a DataParallel pickle)\n')]
@@ -207,6 +210,12 @@ class WrapModel(Transform):
             self.is_call(assign.value, N.DDP) and self.position(assign)[0] < line
             for assign in self.assignments_to(model, at)
         )
+
+
+def _trains_here(func: cst.FunctionDef) -> bool:
+    """``func`` runs a training step itself (a ``backward()``): a wrap of its
+    parameter there is the model its loop uses."""
+    return any(m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in P.find(func, cst.Call))
 
 
 def _parameter_index(func: Optional[cst.FunctionDef], name: str) -> Optional[int]:
