@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional, Set
 
 from . import _analysis as A
 
@@ -231,4 +231,151 @@ FOLDER_MESSAGE = (
 REMOVAL_MESSAGE = (
     "every rank removes this path (the same on each): the others find it gone (FileNotFoundError) "
     "or remove what a rank just wrote; remove it on the main process only, then dist.barrier()"
+)
+
+
+# ------------------------------------------------------------------ objects made on the main process only
+#: what a logged value may compute behind a main-process check, besides the harmless
+#: calls (``_names.HARMLESS_*``): a tensor's statistics and a scheduler's learning rate
+#: -- no model forward, no collective
+LOGGED_VALUE_METHODS = frozenset(
+    {"norm", "std", "var", "abs", "float", "double", "clone", "max", "min", "median", "argmax", "argmin",
+     "histc", "flatten", "view", "reshape", "square", "pow", "get_lr", "get_last_lr", "mean", "sum", "item",
+     "detach", "cpu", "tolist", "numel", "size"}
+)
+
+
+def main_only_bindings(src: A.Source) -> Set[str]:
+    """The names (``writer``, ``self.writer``) bound to an object made on the main
+    process only -- ``SummaryWriter(d) if dist.get_rank() == 0 else None``, ``None
+    if rank != 0 else X``, or ``writer = None`` and, under a main-process check,
+    ``writer = X(...)``: None on the other ranks."""
+    names: Set[str] = set()
+    nones: Set[str] = set()
+    guarded: Set[str] = set()
+    for node in src.of_type(ast.Assign):
+        value = node.value
+        targets = {A.dotted(t) for t in node.targets} - {""}
+        if isinstance(value, ast.IfExp) and (
+            A.is_none(value.orelse) and A.is_main_process_check(src, value.test)
+            or A.is_none(value.body) and A.is_not_main_check(src, value.test)
+        ):
+            names |= targets
+        elif A.is_none(value):
+            nones |= targets
+        elif isinstance(value, ast.Call) and A.on_main_process_only(src, node):
+            guarded |= targets
+    return names | (nones & guarded)
+
+
+def main_only_names(src: A.Source, seeds: Set[str]) -> Set[str]:
+    """``seeds`` and the parameters of this file's functions that one of them is
+    handed to (``train_one_epoch(epoch, writer)`` -> its ``tb`` parameter)."""
+    names = set(seeds)
+    functions: Dict[str, List[ast.AST]] = {}
+    for func in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef):
+        functions.setdefault(func.name, []).append(func)
+    grew = True
+    while grew:
+        grew = False
+        for call in src.calls:
+            for func in functions.get(A.last_name(call.func), ()):
+                params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+                if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
+                    params = params[1:]
+                handed = [p for p, a in zip(params, call.args) if A.dotted(a) in names]
+                handed += [k.arg for k in call.keywords if k.arg in params and A.dotted(k.value) in names]
+                for param in handed:
+                    if param not in names:
+                        names.add(param)
+                        grew = True
+    return names
+
+
+def unguarded_uses(src: A.Source, names: Set[str]) -> List[ast.AST]:
+    """The uses of ``names`` (objects that are None on the other ranks) that every
+    rank runs: not under a main-process check or a None check (``if writer is not
+    None:``, ``if writer:``, ``writer and ...``, after ``if writer is None: return``),
+    not in a function called only on the main process, and not handed to a function
+    of this file (``main_only_names`` follows it there)."""
+    if not names:
+        return []
+    functions = {f.name for f in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef)}
+    found = []
+    for node in src.nodes:
+        if isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.Attribute):
+            name = A.dotted(node)
+        else:
+            continue
+        if name not in names or not isinstance(node.ctx, ast.Load):
+            continue
+        parent = src.parent(node)
+        if isinstance(parent, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot)) for o in parent.ops):
+            continue  # ``writer is not None``
+        if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and parent.test is node or isinstance(
+            parent, (ast.BoolOp, ast.UnaryOp)
+        ):
+            continue  # ``if writer:``, ``writer and ...``, ``not writer``
+        if isinstance(parent, ast.Call) and node is not parent.func and A.last_name(parent.func) in functions:
+            continue  # handed to a function of this file: its parameter is followed
+        if _none_checked(src, node, name) or A.on_main_process_only(src, node):
+            continue
+        func = src.function_of(node)
+        if func is not None and A.called_only_on_main(src, func):
+            continue
+        found.append(node)
+    return found
+
+
+def _present(test: ast.AST, name: str) -> bool:
+    """``test`` is true only when ``name`` is not None."""
+    if A.dotted(test) == name:
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.IsNot, ast.NotEq)):
+        return A.dotted(test.left) == name and A.is_none(test.comparators[0])
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_present(v, name) for v in test.values)
+    return False
+
+
+def _absent(test: ast.AST, name: str) -> bool:
+    """``test`` is true whenever ``name`` is None."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return A.dotted(test.operand) == name
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.Eq)):
+        return A.dotted(test.left) == name and A.is_none(test.comparators[0])
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return any(_absent(v, name) for v in test.values)
+    return False
+
+
+def _none_checked(src: A.Source, node: ast.AST, name: str) -> bool:
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, (ast.If, ast.While)) and child is not anc.test:
+            if child in anc.body and _present(anc.test, name) or child in anc.orelse and _absent(anc.test, name):
+                return True
+        if isinstance(anc, ast.IfExp) and child is not anc.test:
+            if child is anc.body and _present(anc.test, name) or child is anc.orelse and _absent(anc.test, name):
+                return True
+        if isinstance(anc, ast.BoolOp) and child in anc.values:
+            before = anc.values[: anc.values.index(child)]
+            if any((_present if isinstance(anc.op, ast.And) else _absent)(v, name) for v in before):
+                return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            line = getattr(node, "lineno", 0)
+            return any(
+                isinstance(s, ast.If) and s.lineno < line and _absent(s.test, name) and s.body
+                and isinstance(s.body[-1], (ast.Return, ast.Raise))
+                for s in anc.body
+            )
+        child = anc
+    return False
+
+
+MAIN_ONLY_USE_MESSAGE = (
+    "{name} is None on every rank but the main process (made there only), and this runs on "
+    "every rank: it crashes there; use it under the same main-process check (or `if {name} is not None:`)"
 )
