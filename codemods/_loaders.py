@@ -17,7 +17,7 @@ numbers from the data (a mean/std, class weights) before training: no
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 from . import _names as N
 from ._analysis import Source, calls_method, dotted, is_epoch_loop, last_name
@@ -203,27 +203,38 @@ def wrapper_receiver(src: Source, call: ast.Call) -> Optional[Union[str, Sequenc
     return [b for b in behind if b != name] or None
 
 
+#: calls by bare name that cannot train (builtins)
+_BUILTINS = frozenset({
+    "len", "range", "float", "int", "sum", "max", "min", "abs", "print", "isinstance", "enumerate", "zip",
+    "list", "tuple", "dict", "set", "sorted", "round", "str", "bool", "any", "all", "map", "iter", "next",
+})
+
+
 def statistics_pass(src: Source, loop: ast.AST) -> bool:
-    """A ``for`` outside any epoch loop whose body never trains -- no
-    ``backward()``, no ``step()``, no call of a function or method of this file
-    (which may) -- nor evaluates the model: a pass that computes numbers from the
-    data (mean/std, class weights, a vocabulary)."""
+    """A ``for`` that only computes numbers from the data (a mean/std, class
+    weights, a vocabulary) -- outside any epoch loop, in no function that an
+    epoch loop calls or that has an ``epoch`` parameter, and its body never
+    trains: no ``backward()``, no ``step()``, no call by name of anything but a
+    builtin (a function of this file or an import may train)."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
-    if any(is_epoch_loop(a) or isinstance(a, (ast.While,)) for a in src.ancestors(loop)):
+    if any(is_epoch_loop(a) or isinstance(a, ast.While) for a in src.ancestors(loop)):
         return False
     if calls_method(loop, "backward") or calls_method(loop, "step"):
         return False
-    local = {f.name for f in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)}
     for node in ast.walk(loop):
         if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom)):
             return False
-        if isinstance(node, ast.Call) and last_name(node.func) in local:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in _BUILTINS:
             return False
-    # the model is not run on the batches (an evaluation or a feature pass)
-    for node in ast.walk(loop):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and "model" in node.func.id.lower():
+    func = src.function_of(loop)
+    if func is not None:
+        if any("epoch" in p.lower() for p in _parameters(func)):
             return False
+        name = getattr(func, "name", None)
+        for call in src.calls:
+            if last_name(call.func) == name and any(is_epoch_loop(a) for a in src.ancestors(call)):
+                return False
     return True
 
 
@@ -299,3 +310,47 @@ def _words(text: str) -> set:
     import re
 
     return set(re.findall(r"[a-z_]+", text)) | {w for t in re.findall(r"[a-z_]+", text) for w in t.split("_")}
+
+
+def sharded_loaders(src: Source) -> dict:
+    """{loader name: its DistributedSampler call} for the file's
+    ``name = DataLoader(..., sampler=DistributedSampler(...))`` (the sampler also
+    through a name bound to it)."""
+    from ._analysis import argument, assigned_name
+
+    samplers = {}
+    for a in src.of_type(ast.Assign):
+        if isinstance(a.value, ast.Call) and src.qualname(a.value.func) in N.DISTRIBUTED_SAMPLER:
+            for t in a.targets:
+                if dotted(t):
+                    samplers[dotted(t)] = a.value
+    found = {}
+    for call in src.calls:
+        if src.qualname(call.func) not in N.DATA_LOADER:
+            continue
+        sampler = argument(call, 3, "sampler")
+        if sampler is None:
+            continue
+        if not (isinstance(sampler, ast.Call) and src.qualname(sampler.func) in N.DISTRIBUTED_SAMPLER):
+            sampler = samplers.get(dotted(sampler))
+        name = assigned_name(src, call)
+        if sampler is not None and name:
+            found[name] = sampler
+    return found
+
+
+def loops_over(src: Source, loader: str) -> List[ast.AST]:
+    """The ``for`` loops whose batches come from ``loader`` (``loaders_behind``)."""
+    return [
+        loop for loop in src.of_type(ast.For, ast.AsyncFor)
+        if loader in loaders_behind(src, loop.iter, src.function_of(loop))
+    ]
+
+
+def statistics_passes(src: Source) -> List[Tuple[ast.AST, str]]:
+    """(loop, loader) for every statistics pass (``statistics_pass``) over a
+    sharded loader of the file."""
+    return sorted(
+        ((loop, name) for name in sharded_loaders(src) for loop in loops_over(src, name) if statistics_pass(src, loop)),
+        key=lambda found: (found[0].lineno, found[0].col_offset),
+    )

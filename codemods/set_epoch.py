@@ -110,6 +110,15 @@ class SetEpoch(Transform):
                 P.is_train_name(name.rsplit(".", 1)[-1]) or _calls_backward(node.body)
             ):
                 continue
+            found = self._ast_loop(node)
+            if found is not None and L.statistics_pass(self.ast_source, found):
+                self.manual(
+                    node,
+                    f"this pass over the sharded training loader ({name}) computes statistics from this "
+                    "rank's shard only; iterate the dataset (unsharded) or all_reduce the sums",
+                    code="DDP101",
+                )
+                continue
             self._place(node, name, guarded=known != "ours")
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -10,6 +10,7 @@ from .._analysis import (
     Source, argument, assigned_name, bound_values, calls_method, classify_loader, dotted, is_none, is_rank_expr,
     iterable_dataset, iterated, last_name, uses_distributed,
 )
+from .._loaders import statistics_passes
 from ._base import Diagnostic, Rule
 
 
@@ -21,7 +22,10 @@ class LoaderWithoutDistributedSampler(Rule):
     has no `sampler=` / `batch_sampler=`, or whose sampler is torch's
     `RandomSampler`/`SequentialSampler` (also inside a `BatchSampler`), which
     draw from the whole dataset. Evaluation loaders are not reported: every rank
-    may evaluate the whole set.
+    may evaluate the whole set. Also reports a pass over a sharded training
+    loader that only computes numbers from the data (a mean/std or class-weights
+    pass before training: no `backward()`, no optimizer step), which now covers
+    this rank's shard only.
 
     ## Why is this bad?
     Without a `DistributedSampler` every process iterates the whole dataset:
@@ -59,6 +63,14 @@ class LoaderWithoutDistributedSampler(Rule):
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
             return
+        for loop, name in statistics_passes(src):
+            found = self.diagnostic(
+                src, loop,
+                f"this pass over the sharded training loader ({name}) computes statistics from this "
+                "rank's shard only; iterate the dataset (unsharded) or all_reduce the sums",
+            )
+            found.fix = None  # (which of the two, only the author knows)
+            yield found
         for call in src.calls:
             if src.qualname(call.func) not in N.DATA_LOADER:
                 continue

@@ -7,7 +7,7 @@ from typing import Iterator, Optional
 
 from .. import _names as N
 from .._analysis import Source, argument, dotted, is_epoch_loop, is_eval_name, is_false, last_name
-from .._loaders import UNRESOLVED, wrapper_receiver
+from .._loaders import UNRESOLVED, loops_over, sharded_loaders, statistics_pass, wrapper_receiver
 from ._base import Diagnostic, Rule
 
 
@@ -65,7 +65,10 @@ class MissingSetEpoch(Rule):
         if _handed_elsewhere(src):
             return  # ``train_one_epoch(model, loader, epoch)`` of another module may set it
         constant = _constant_set_epoch(src)
+        one_pass = _only_statistics_passes(src)
         for call in src.calls:
+            if id(call) in one_pass:
+                continue  # (a pass that computes statistics: its order does not matter; DDP101 says what does)
             if src.qualname(call.func) in N.DISTRIBUTED_SAMPLER and not is_false(argument(call, 3, "shuffle")):
                 yield self.diagnostic(
                     src, call,
@@ -94,6 +97,17 @@ def _set_on_a_wrapper(rule: Rule, src: Source) -> Iterator[Diagnostic]:
         )
         found.fix = None  # (an existing call, edited by hand)
         yield found
+
+
+def _only_statistics_passes(src: Source) -> set:
+    """ids of the DistributedSampler calls whose loaders are iterated by
+    statistics passes only (``_loaders.statistics_pass``): no epoch to set."""
+    found = set()
+    for name, sampler in sharded_loaders(src).items():
+        loops = loops_over(src, name)
+        if loops and all(statistics_pass(src, loop) for loop in loops):
+            found.add(id(sampler))
+    return found
 
 
 def _constant_set_epoch(src: Source) -> Optional[ast.Call]:
