@@ -15,9 +15,9 @@ then *incomplete* in the summary and convert exits 1.
 from __future__ import annotations
 
 import ast
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from dp2ddp.codemods._model import Finding
+from dp2ddp.codemods._model import MARKER, Finding
 
 #: warnings that leave a converted program wrong, not only slower or noisier
 HALF_DISTRIBUTED_WARNINGS = frozenset({"DDP102", "DDP205"})
@@ -27,7 +27,6 @@ HALF_DISTRIBUTED_WARNINGS = frozenset({"DDP102", "DDP205"})
 _SAME_PITFALL = {code: frozenset({"DDP001", "DDP009", "DDP205"}) for code in ("DDP001", "DDP009", "DDP205")}
 #: what lint reports about the file itself, not about its distribution
 _NOT_ABOUT_THE_CONVERSION = frozenset({"DDP900", "DDP901"})
-_MARKER = "# dp2ddp:"
 TRANSFORM = "self-check"
 
 
@@ -43,30 +42,29 @@ def check(outputs: Dict[str, Tuple[bytes, bytes, List[Finding]]]) -> Dict[str, L
     {path: the findings lint has on the output that convert did not report}, in
     the source's lines (as convert's own findings are)."""
     from dp2ddp.config import LintConfig
-    from dp2ddp.engine import LineMap
     from dp2ddp.lint import lint_sources
 
     if not outputs:
         return {}
     linted = lint_sources({path: output for path, (_, output, _) in outputs.items()}, LintConfig())
     missed: Dict[str, List[Finding]] = {}
+    converted: Dict[str, _Output] = {}  # (built once per file, for its first finding)
     for diagnostic in linted.diagnostics:
         if not leaves_it_half_distributed(diagnostic.code, diagnostic.severity):
             continue
         source, output, findings = outputs[diagnostic.path]
-        source_text = source.decode("utf-8", "replace")
-        output_text = output.decode("utf-8", "replace")
-        to_source = LineMap(source_text, output_text)
-        statement = _statement_at(output_text, diagnostic.line)
-        if _marked(output_text, diagnostic.line):
+        if diagnostic.path not in converted:
+            converted[diagnostic.path] = _Output(source, output)
+        result = converted[diagnostic.path]
+        if result.marked(diagnostic.line):
             continue  # a spot convert left for a human holds it (its marker is above)
-        first, last = (to_source(statement[0]), to_source(statement[1])) if statement else (0, -1)
+        first, last = result.source_span(diagnostic.line)
         if any(f.code == diagnostic.code and first <= f.line <= last for f in findings):
             continue  # convert said so at that statement (a change, a spot or a note)
         same = _SAME_PITFALL.get(diagnostic.code, frozenset({diagnostic.code}))
         if any(f.kind == "manual" and f.code in same for f in findings):
             continue  # convert left that pitfall of the file for a human, and said where
-        line, column = to_source.position(diagnostic.line, diagnostic.column)
+        line, column = result.to_source.position(diagnostic.line, diagnostic.column)
         missed.setdefault(diagnostic.path, []).append(
             Finding(
                 diagnostic.code, "manual", line, column,
@@ -77,45 +75,44 @@ def check(outputs: Dict[str, Tuple[bytes, bytes, List[Finding]]]) -> Dict[str, L
     return missed
 
 
-def _statements(tree: ast.AST) -> Iterable[ast.stmt]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.stmt):
-            yield node
+class _Output:
+    """A converted file, parsed once: its statements' line spans, the statements
+    its ``# dp2ddp:`` markers stand above, and the map back to the source's lines."""
 
+    def __init__(self, source: bytes, output: bytes) -> None:
+        from dp2ddp.engine import LineMap
 
-def _statement_at(text: str, line: int) -> Optional[Tuple[int, int]]:
-    """(first, last) line of the innermost statement of ``text`` that holds ``line``."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    best: Optional[Tuple[int, int]] = None
-    for node in _statements(tree):
-        end = node.end_lineno or node.lineno
-        if node.lineno <= line <= end and (best is None or end - node.lineno < best[1] - best[0]):
-            best = (node.lineno, end)
-    return best
+        text = output.decode("utf-8", "replace")
+        self.to_source = LineMap(source.decode("utf-8", "replace"), text)
+        try:
+            tree: Optional[ast.AST] = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+        self._spans = [
+            (node.lineno, node.end_lineno or node.lineno) for node in (ast.walk(tree) if tree else ()) if isinstance(node, ast.stmt)
+        ]
+        outermost: Dict[int, int] = {}  # first line -> last line of the outermost statement there
+        for first, last in self._spans:
+            outermost[first] = max(outermost.get(first, last), last)
+        lines = text.splitlines()
+        self._marked = []
+        for number, line in enumerate(lines, 1):
+            if line.strip().startswith(MARKER):
+                below = next((j for j in range(number + 1, len(lines) + 1) if not lines[j - 1].strip().startswith("#")), None)
+                if below in outermost:
+                    self._marked.append((below, outermost[below]))
 
+    def marked(self, line: int) -> bool:
+        """``line`` lies in a statement whose marker stands right above it."""
+        return any(first <= line <= last for first, last in self._marked)
 
-def _marked(text: str, line: int) -> bool:
-    """``line`` lies in a statement whose ``# dp2ddp:`` marker stands right above it."""
-    lines = text.splitlines()
-    markers = [i + 1 for i, t in enumerate(lines) if t.strip().startswith(_MARKER)]
-    if not markers:
-        return False
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    starts: Dict[int, int] = {}  # first line -> last line of the outermost statement there
-    for node in _statements(tree):
-        end = node.end_lineno or node.lineno
-        starts[node.lineno] = max(starts.get(node.lineno, end), end)
-    for marker in markers:
-        below = next((j for j in range(marker + 1, len(lines) + 1) if not lines[j - 1].strip().startswith("#")), None)
-        if below is not None and below in starts and below <= line <= starts[below]:
-            return True
-    return False
+    def source_span(self, line: int) -> Tuple[int, int]:
+        """The source's lines of the innermost statement that holds ``line`` ((0, -1): none)."""
+        holding = [(last - first, first, last) for first, last in self._spans if first <= line <= last]
+        if not holding:
+            return 0, -1
+        _, first, last = min(holding)
+        return self.to_source(first), self.to_source(last)
 
 
 def incomplete(findings: Sequence[Finding]) -> bool:
