@@ -115,13 +115,6 @@ class ProcessGroupSetup(Transform):
         body = list(updated_node.body.body)
         init = self._stmt(f"{names['name']}()")
         last = body[-1]
-        parsed = _after_argument_parsing(body, 0)
-        if parsed and parsed < len(body) and not (_exits(last) or self._exiting_command(last)):
-            # ``--help`` and a bad argument leave before the process group is joined
-            self.changed(original_node, "join the process group first thing (nccl on GPU, gloo on CPU)")
-            self.changed(original_node, DESTROY_MESSAGE, code="DDP008")
-            new_body = [*body[:parsed], init, *body[parsed:], *self._leave_group(names)]
-            return updated_node.with_changes(body=updated_node.body.with_changes(body=new_body))
         if _exits(last) or self._exiting_command(last):
             # sys.exit(main()): leave the group on the way out
             destroy = self._stmt(f"{names['dist']}.destroy_process_group()")
@@ -135,7 +128,11 @@ class ProcessGroupSetup(Transform):
                 "the other ranks may never reach it)"
             )
         else:
-            new_body = [init, *body, *self._leave_group(names)]
+            # after ``args = parser.parse_args()`` when nothing before needs the group:
+            # ``--help`` and a bad argument leave without joining one
+            parsed = _after_argument_parsing(body, 0)
+            parsed = parsed if parsed < len(body) else 0  # (nothing after the parsing: first, as before)
+            new_body = [*body[:parsed], init, *body[parsed:], *self._leave_group(names)]
             leaving = DESTROY_MESSAGE
         self.changed(original_node, "join the process group first thing (nccl on GPU, gloo on CPU)")
         self.changed(original_node, leaving, code="DDP008")
@@ -176,25 +173,19 @@ class ProcessGroupSetup(Transform):
             self.changed(original_node, "join the process group after the imports (nccl on GPU, gloo on CPU)")
             self.changed(original_node, DESTROY_MESSAGE, code="DDP008")
             tail = self._leave_group(names)
+            # after ``args = parser.parse_args()`` when nothing before needs the group:
+            # ``--help`` joins no process group
             parsed = _after_argument_parsing(body, at)
-            if parsed:
-                # after ``args = parser.parse_args()``: ``--help`` joins no process group
-                rest = body[at:]
-                if rest:
-                    rest[0] = rest[0].with_changes(leading_lines=at_least_two_blank(rest[0].leading_lines))
-                call = call.with_changes(leading_lines=[])
-                return updated_node.with_changes(
-                    body=[*body[:at], *helper, *rest[: parsed - at], call, *rest[parsed - at :], *tail]
-                )
-            new = [*helper, call]
+            new = [*helper] if parsed else [*helper, call]
         elif self._done:
-            new = helper
-            tail = []
+            new, tail, parsed = helper, [], 0
         else:
             return updated_node
         rest = body[at:]
         if rest:
             rest[0] = rest[0].with_changes(leading_lines=at_least_two_blank(rest[0].leading_lines))
+        if parsed:
+            rest.insert(parsed - at, call.with_changes(leading_lines=[]))
         return updated_node.with_changes(body=[*body[:at], *new, *rest, *tail])
 
 
