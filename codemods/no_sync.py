@@ -28,6 +28,7 @@ values computed after the backward the loop is reported instead.
 
 from __future__ import annotations
 
+import ast
 from typing import List, Optional, Set
 
 import libcst as cst
@@ -65,6 +66,8 @@ class NoSyncAccumulation(Transform):
             (i for i in range(backward + 1, len(stmts)) if isinstance(stmts[i], cst.If) and _steps(stmts[i].body)),
             None,
         )
+        if step_if is not None and not self._accumulates(original_node):
+            return updated_node  # (``if enc_opt is not None: enc_opt.step()``: a step every batch)
         if step_if is None:
             if not _steps(body) and self._step_follows(original_node):
                 self.manual(
@@ -124,6 +127,20 @@ class NoSyncAccumulation(Transform):
                 body=[*new_stmts[:first], with_stmt, *new_stmts[backward + 1 :]]
             )
         )
+
+    def _accumulates(self, loop: cst.For) -> bool:
+        """Lint's decision (``accumulation_without_no_sync.accumulates``) on the
+        ``ast`` loop at the place of ``loop``."""
+        from ._bridge import byte_offset
+        from .rules.accumulation_without_no_sync import accumulates
+
+        line, column = self.position(loop)
+        src = self.ast_source
+        offset = byte_offset(src.lines, line, column)
+        found = next(
+            (n for n in src.of_type(ast.For, ast.AsyncFor) if n.lineno == line and n.col_offset == offset), None
+        )
+        return found is None or accumulates(found)
 
     def _step_follows(self, loop: cst.For) -> bool:
         """An optimizer step right after ``loop`` in the same block: the loop

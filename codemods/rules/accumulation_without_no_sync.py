@@ -69,8 +69,49 @@ class AccumulationWithoutNoSync(Rule):
             backward = next((i for i, s in enumerate(body) if _is_backward(s)), None)
             if backward is None:
                 continue
-            if any(isinstance(s, ast.If) and _steps(s) for s in body[backward + 1 :]):
+            if accumulates(loop):
                 yield self.diagnostic(src, body[backward])
+
+
+def accumulates(loop: ast.AST) -> bool:
+    """``loop`` accumulates gradients: a ``backward()`` in its body, and after it
+    an ``if`` that steps an optimizer -- unless an optimizer is stepped on every
+    iteration anyway (every backward is then followed by a step), or the ``if``
+    only tests that the optimizers it steps exist (``if enc_opt is not None:
+    enc_opt.step()``, an optional optimizer stepped every batch).  One decision
+    for lint and convert's no-sync-accumulation."""
+    body = getattr(loop, "body", [])
+    backward = next((i for i, s in enumerate(body) if _is_backward(s)), None)
+    if backward is None:
+        return False
+    after = body[backward + 1 :]
+    if any(not isinstance(s, ast.If) and _steps_now(s) for s in after):
+        return False  # (a step every iteration)
+    return any(isinstance(s, ast.If) and _steps(s) and not _exists_test(s) for s in after)
+
+
+def _steps_now(stmt: ast.stmt) -> bool:
+    """``optimizer.step()`` as a statement of its own (not under a condition)."""
+    return isinstance(stmt, ast.Expr) and _steps(ast.If(test=ast.Constant(True), body=[stmt], orelse=[]))
+
+
+def _exists_test(node: ast.If) -> bool:
+    """``if opt is not None:`` / ``if opt:`` (also joined by ``and``) over the
+    optimizers the branch steps: true on every iteration or on none."""
+    stepped = {
+        dotted(sub.func.value)
+        for sub in ast.walk(ast.Module(body=node.body, type_ignores=[]))
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "step"
+    }
+    tests = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And) else [node.test]
+    for test in tests:
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot) and (
+            isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+        ):
+            test = test.left
+        if not dotted(test) or dotted(test) not in stepped:
+            return False
+    return True
 
 
 def _is_backward(stmt: ast.stmt) -> bool:
