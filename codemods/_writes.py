@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional, Set
 
 from . import _analysis as A
+from . import _names as N
 
 #: what creates a folder (``os.mkdir`` fails when it exists, ``os.makedirs`` unless ``exist_ok``)
 MAKE_FOLDER = frozenset({"os.mkdir", "os.makedirs"})
@@ -231,4 +232,284 @@ FOLDER_MESSAGE = (
 REMOVAL_MESSAGE = (
     "every rank removes this path (the same on each): the others find it gone (FileNotFoundError) "
     "or remove what a rank just wrote; remove it on the main process only, then dist.barrier()"
+)
+
+
+# ------------------------------------------------------------------ objects made on the main process only
+#: what a logged value may compute behind a main-process check, besides the harmless
+#: calls (``_names.HARMLESS_*``): a tensor's statistics and a scheduler's learning rate
+#: -- no model forward, no collective
+LOGGED_VALUE_METHODS = frozenset(
+    {"norm", "std", "var", "abs", "float", "double", "clone", "max", "min", "median", "argmax", "argmin",
+     "histc", "flatten", "view", "reshape", "square", "pow", "get_lr", "get_last_lr", "mean", "sum", "item",
+     "detach", "cpu", "tolist", "numel", "size"}
+)
+
+
+def main_only_bindings(src: A.Source) -> Set[str]:
+    """The names (``writer``, ``self.writer``) bound to an object made on the main
+    process only -- ``SummaryWriter(d) if dist.get_rank() == 0 else None``, ``None
+    if rank != 0 else X``, or ``writer = None`` and, under a main-process check,
+    ``writer = X(...)``: None on the other ranks."""
+    names: Set[str] = set()
+    nones: Set[str] = set()
+    guarded: Set[str] = set()
+    for node in src.of_type(ast.Assign):
+        value = node.value
+        targets = {A.dotted(t) for t in node.targets} - {""}
+        if isinstance(value, ast.IfExp) and (
+            A.is_none(value.orelse) and A.is_main_process_check(src, value.test)
+            or A.is_none(value.body) and A.is_not_main_check(src, value.test)
+        ):
+            names |= targets
+        elif A.is_none(value):
+            nones |= targets
+        elif isinstance(value, ast.Call) and A.on_main_process_only(src, node):
+            guarded |= targets
+    return names | (nones & guarded)
+
+
+def main_only_names(src: A.Source, seeds: Set[str]) -> Set[str]:
+    """``seeds`` and the parameters of this file's functions that one of them is
+    handed to (``train_one_epoch(epoch, writer)`` -> its ``tb`` parameter)."""
+    names = set(seeds)
+    functions: Dict[str, List[ast.AST]] = {}
+    for func in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef):
+        functions.setdefault(func.name, []).append(func)
+    grew = True
+    while grew:
+        grew = False
+        for call in src.calls:
+            for func in functions.get(A.last_name(call.func), ()):
+                params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+                if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
+                    params = params[1:]
+                handed = [p for p, a in zip(params, call.args) if A.dotted(a) in names]
+                handed += [k.arg for k in call.keywords if k.arg in params and A.dotted(k.value) in names]
+                for param in handed:
+                    if param not in names:
+                        names.add(param)
+                        grew = True
+    return names
+
+
+def unguarded_uses(src: A.Source, names: Set[str]) -> List[ast.AST]:
+    """The uses of ``names`` (objects that are None on the other ranks) that every
+    rank runs: not under a main-process check or a None check (``if writer is not
+    None:``, ``if writer:``, ``writer and ...``, after ``if writer is None: return``),
+    not in a function called only on the main process, and not handed to a function
+    of this file (``main_only_names`` follows it there)."""
+    if not names:
+        return []
+    found = []
+    for node in src.nodes:
+        if isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.Attribute):
+            name = A.dotted(node)
+        else:
+            continue
+        if name not in names or not isinstance(node.ctx, ast.Load):
+            continue
+        parent = src.parent(node)
+        if not _dereferences(parent, node):
+            continue  # ``return writer``, ``if writer:``, ``f(writer)``: None is only passed on
+        if _none_checked(src, node, name) or A.on_main_process_only(src, node):
+            continue
+        func = src.function_of(node)
+        if func is not None and A.called_only_on_main(src, func):
+            continue
+        found.append(node)
+    return found
+
+
+def _dereferences(parent: Optional[ast.AST], node: ast.AST) -> bool:
+    """``parent`` uses ``node`` in a way that fails when it is None: an attribute
+    (``writer.add_scalar``), a subscript, a call, ``for ... in writer``, ``with writer:``.
+    (Handed on -- returned, stored, an argument -- it is followed, or not a crash here.)"""
+    if isinstance(parent, (ast.Attribute, ast.Subscript)):
+        return parent.value is node
+    if isinstance(parent, ast.Call):
+        return parent.func is node
+    if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)):
+        return parent.iter is node
+    if isinstance(parent, ast.withitem):
+        return parent.context_expr is node
+    return False
+
+
+def _present(test: ast.AST, name: str) -> bool:
+    """``test`` is true only when ``name`` is not None."""
+    if A.dotted(test) == name:
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.IsNot, ast.NotEq)):
+        return A.dotted(test.left) == name and A.is_none(test.comparators[0])
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_present(v, name) for v in test.values)
+    return False
+
+
+def _absent(test: ast.AST, name: str) -> bool:
+    """``test`` is true whenever ``name`` is None."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return A.dotted(test.operand) == name
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.Eq)):
+        return A.dotted(test.left) == name and A.is_none(test.comparators[0])
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return any(_absent(v, name) for v in test.values)
+    return False
+
+
+def _none_checked(src: A.Source, node: ast.AST, name: str) -> bool:
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, (ast.If, ast.While)) and child is not anc.test:
+            if child in anc.body and _present(anc.test, name) or child in anc.orelse and _absent(anc.test, name):
+                return True
+        if isinstance(anc, ast.IfExp) and child is not anc.test:
+            if child is anc.body and _present(anc.test, name) or child is anc.orelse and _absent(anc.test, name):
+                return True
+        if isinstance(anc, ast.BoolOp) and child in anc.values:
+            before = anc.values[: anc.values.index(child)]
+            if any((_present if isinstance(anc.op, ast.And) else _absent)(v, name) for v in before):
+                return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            line = getattr(node, "lineno", 0)
+            return any(
+                isinstance(s, ast.If) and s.lineno < line and _absent(s.test, name) and s.body
+                and isinstance(s.body[-1], (ast.Return, ast.Raise))
+                for s in anc.body
+            )
+        child = anc
+    return False
+
+
+MAIN_ONLY_USE_MESSAGE = (
+    "{name} is None on every rank but the main process (made there only), and this runs on "
+    "every rank: it crashes there; use it under the same main-process check (or `if {name} is not None:`)"
+)
+
+
+# ------------------------------------------------------------------ a project's own file loggers
+@dataclass
+class FileLogger:
+    """A class of this file whose methods write a file (``open(P, "a").write(...)``,
+    ``self.f = open(P, "a")`` and ``self.f.write(...)``, ``with open(P, "w") as f:``)."""
+
+    cls: ast.ClassDef
+    #: its methods that write (themselves, or through another of its methods)
+    methods: Set[str]
+    #: a file it keeps open was opened with "w" (truncated): one rank's open can
+    #: empty what another already wrote, so guarding the calls is not enough
+    truncates: bool
+
+
+def file_loggers(src: A.Source) -> Dict[str, FileLogger]:
+    """The classes of this file that write a file from their methods, by name."""
+    cached = src.cache.get("file_loggers")
+    if cached is None:
+        cached = src.cache["file_loggers"] = _file_loggers(src)
+    return cached  # type: ignore[return-value]
+
+
+def _file_loggers(src: A.Source) -> Dict[str, FileLogger]:
+    found = {}
+    for cls in src.of_type(ast.ClassDef):
+        methods = {f.name: f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        handles: Dict[str, str] = {}  # self.f -> its open's mode
+        for method in methods.values():
+            for node in ast.walk(method):
+                if isinstance(node, ast.Assign) and _opens(src, node.value):
+                    for target in node.targets:
+                        if A.dotted(target).startswith("self."):
+                            handles[A.dotted(target)] = _mode(node.value)
+        writing = {name for name, f in methods.items() if _writes_file(src, f, handles)}
+        grew = True
+        while grew:
+            grew = False
+            for name, f in methods.items():
+                if name not in writing and any(
+                    isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and A.dotted(c.func.value) == "self"
+                    and c.func.attr in writing for c in ast.walk(f)
+                ):
+                    writing.add(name)
+                    grew = True
+        writing.discard("__init__")
+        if writing:
+            found[cls.name] = FileLogger(cls, writing, any("w" in m or "x" in m for m in handles.values()))
+    return found
+
+
+def _opens(src: A.Source, node: ast.AST) -> bool:
+    """``open(P, mode)`` with a literal mode that writes, on a path that is not
+    this rank's own."""
+    if not (isinstance(node, ast.Call) and src.qualname(node.func) in ("builtins.open", "io.open") and node.args):
+        return False
+    return any(c in _mode(node) for c in "wax+") and not A.per_rank_target(src, node.args[0])
+
+
+def _mode(call: ast.Call) -> str:
+    mode = call.args[1] if len(call.args) > 1 else A.keyword(call, "mode")
+    return mode.value if isinstance(mode, ast.Constant) and isinstance(mode.value, str) else ""
+
+
+def _writes_file(src: A.Source, func: ast.AST, handles: Dict[str, str]) -> bool:
+    for node in ast.walk(func):
+        if isinstance(node, ast.withitem) and _opens(src, node.context_expr):
+            return True
+        if not isinstance(node, ast.Call):
+            continue
+        target = node.func.value if isinstance(node.func, ast.Attribute) else None
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("write", "writelines") and (
+            _opens(src, target) or A.dotted(target) in handles
+        ):
+            return True  # open(P, "a").write(...), self.f.write(...)
+        handle = A.keyword(node, "file")
+        if handle is not None and (_opens(src, handle) or A.dotted(handle) in handles):
+            return True  # print(..., file=self.f)
+        if any(_opens(src, a) for a in node.args) and src.qualname(node.func) in N.WRITE_DUMPS:
+            return True  # json.dump(x, open(P, "w"))
+    return False
+
+
+def file_logger_calls(src: A.Source) -> List[ast.Call]:
+    """Calls of a writing method of an object of a ``file_loggers`` class of this
+    file (``writer = Writer("log.txt")`` ... ``writer.add_scalar(...)``), whose
+    instance's arguments do not name the rank (``Writer(f"log_{rank}.txt")``)."""
+    loggers = file_loggers(src)
+    if not loggers:
+        return []
+    instances: Dict[str, FileLogger] = {}
+    for node in src.of_type(ast.Assign):
+        value = node.value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in loggers:
+            if any(A.per_rank_target(src, a) for a in (*value.args, *(k.value for k in value.keywords))):
+                continue
+            for target in node.targets:
+                if A.dotted(target):
+                    instances[A.dotted(target)] = loggers[value.func.id]
+    return [
+        call for call in src.calls
+        if isinstance(call.func, ast.Attribute) and A.dotted(call.func.value) in instances
+        and call.func.attr in instances[A.dotted(call.func.value)].methods
+    ]
+
+
+def logger_of(src: A.Source, call: ast.Call) -> Optional[FileLogger]:
+    """The ``file_loggers`` class of the object whose method ``call`` calls."""
+    for node in src.of_type(ast.Assign):
+        if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and any(
+            A.dotted(t) == A.dotted(call.func.value) for t in node.targets  # type: ignore[attr-defined]
+        ):
+            return file_loggers(src).get(node.value.func.id)
+    return None
+
+
+FILE_LOGGER_MESSAGE = (
+    "{cls}.{method}() writes a file (opened in {cls}'s methods, the same path on every rank): every rank "
+    "writes its lines into it; call it on the main process only (if dist.get_rank() == 0), or give each rank its own file"
+)
+FILE_LOGGER_TRUNCATES = (
+    " -- {cls} keeps the file open from mode \"w\" on every rank, so one rank's open can empty what another "
+    "wrote: make the {cls} on the main process only too"
 )

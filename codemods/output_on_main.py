@@ -13,6 +13,13 @@ up N times, TensorBoard gets N event files and wandb N runs (D1).  This puts:
   through such calls; otherwise the ``wandb.init`` is reported for a human;
 * ``tqdm(...)`` progress bars off on the other ranks: ``tqdm(loader, disable=dist.get_rank() != 0)``.
 
+A writer made on the main process only is None on the others: every other use of
+it that every rank runs (``_writes.unguarded_uses``, lint's DDP301 decision) --
+``log_dir = writer.log_dir``, ``self.writer.add_scalar("lr", sched.get_lr()[0], step)``
+in a trainer's method, a call in a loop over ``named_parameters()``, in the function
+it is handed to -- goes behind the check too (the whole statement: a call, or an
+assignment nothing else reads), or is reported.
+
 Warnings and errors keep coming from every rank (a rank's own problem matters).
 A print whose arguments call into user code (``print(evaluate(model))``) is not
 guarded: the call may run the DDP model, which every rank must reach.
@@ -21,7 +28,7 @@ guarded: the call may run the DDP model, which every rank must reach.
 from __future__ import annotations
 
 import ast
-from typing import Optional, Set
+from typing import Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -30,6 +37,8 @@ from libcst.metadata import ScopeProvider
 from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
+from . import _writes as W
+from ._bridge import byte_offset
 from ._guard import MainProcessGuard, single_call
 
 
@@ -50,6 +59,10 @@ class OutputOnMainProcess(MainProcessGuard):
         #: the ``wandb.init`` assignments whose run is used otherwise (``run.name``)
         self._runs_elsewhere: Set[cst.Assign] = set()
         self._noted: Set[cst.CSTNode] = set()
+        #: the writers this makes main-process-only (and the parameters they are handed to)
+        self._main_only: Set[str] = set()
+        #: (line, byte column) of the statements holding a use of one of them that every rank runs
+        self._use_statements: Set[Tuple[int, int]] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
         for assign in P.find(node, cst.Assign):
@@ -59,6 +72,8 @@ class OutputOnMainProcess(MainProcessGuard):
                     name = P.dotted_name(target.target)
                     if name:
                         self._writers.add(name)
+                        if self._region_ok(assign.value):
+                            self._main_only.add(name)  # (None on the other ranks once converted)
             elif self.is_call(value, N.TQDM):
                 for target in assign.targets:
                     name = P.dotted_name(target.target)
@@ -70,6 +85,89 @@ class OutputOnMainProcess(MainProcessGuard):
                     self._runs.update(names)
                 else:
                     self._runs_elsewhere.add(assign)
+        if self._main_only:
+            self._find_writer_uses()
+
+    # -- the other uses of a writer made on the main process only ---------------
+    def _key(self, node: cst.CSTNode) -> Tuple[int, int]:
+        line, column = self.position(node)
+        return line, byte_offset(self.ast_source.lines, line, column)
+
+    def _find_writer_uses(self) -> None:
+        """Each use of a main-process-only writer that every rank runs (lint's
+        ``unguarded_uses``): its statement is guarded (``_writer_use``) -- or, where
+        that cannot be done, reported here."""
+        src = self.ast_source
+        self._main_only = W.main_only_names(src, self._main_only)
+        self._writers |= self._main_only
+        statements = {}
+        for stmt in P.find(self.module, cst.SimpleStatementLine, cst.BaseCompoundStatement):
+            statements.setdefault(self._key(stmt), stmt)
+        for use in W.unguarded_uses(src, self._main_only):
+            stmt = next(
+                (statements[(a.lineno, a.col_offset)] for a in [use, *src.ancestors(use)]
+                 if isinstance(a, ast.stmt) and (a.lineno, a.col_offset) in statements),
+                None,
+            )
+            if stmt is None:
+                continue
+            key = self._key(stmt)
+            if key in self._use_statements:
+                continue
+            self._use_statements.add(key)
+            block = self.parent(stmt)
+            if block is None or not self.guardable_block(block) or self._starts(stmt) is None:
+                name = A.dotted(use)
+                self.manual(
+                    stmt,
+                    W.MAIN_ONLY_USE_MESSAGE.format(name=name).replace(
+                        "(made there only)", "(dp2ddp makes it there only)"
+                    ),
+                )
+
+    def _writer_use(self, stmt: cst.BaseStatement) -> Optional[str]:
+        """Why a statement that uses a main-process-only writer may go behind the
+        check: an assignment of a value that computes nothing (a tensor's statistics
+        and the learning rate at most) to names nothing else in the file reads."""
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and self._key(stmt) in self._use_statements):
+            return None
+        small = stmt.body[0]
+        if not isinstance(small, cst.Assign) or not self._loggable(small.value):
+            return None
+        targets = {P.dotted_name(t.target) for t in small.targets}
+        if "" in targets:
+            return None
+        own = {id(t.target) for t in small.targets}
+        for target in small.targets:
+            if isinstance(target.target, cst.Name):
+                # a plain name: its scope's reads of this binding (another function's
+                # parameter of the same name is another variable)
+                scope = self.get_metadata(ScopeProvider, target.target, None)
+                name = target.target.value
+                assignments = list(scope.assignments[name]) if scope is not None else []
+                if len(assignments) != 1 or assignments[0].references:
+                    return None  # read (or bound again) elsewhere: it would be missing on the other ranks
+            elif any(
+                id(node) not in own and P.dotted_name(node) == P.dotted_name(target.target)
+                for node in P.find(self.module, cst.Attribute)
+            ):
+                return None  # (``self.log_file`` read in another method)
+        return "the TensorBoard writer exists on the main process only: so does what is read from it"
+
+    def _loggable(self, expr: cst.BaseExpression) -> bool:
+        """Computes nothing that every rank must run: harmless calls, a tensor's
+        statistics, the learning rate, the writer's own methods."""
+        for call in P.find(expr, cst.Call):
+            func = call.func
+            if isinstance(func, cst.Name) and func.value in N.HARMLESS_FUNCS:
+                continue
+            if isinstance(func, cst.Attribute) and (
+                func.attr.value in N.HARMLESS_METHODS or func.attr.value in W.LOGGED_VALUE_METHODS
+                or P.dotted_name(func.value) in self._writers
+            ):
+                continue
+            return False
+        return True
 
     @staticmethod
     def _only_logged(module: cst.Module, name: str) -> bool:
@@ -129,7 +227,9 @@ class OutputOnMainProcess(MainProcessGuard):
 
     def _starts(self, stmt: cst.BaseStatement) -> Optional[str]:
         call = single_call(stmt)
-        if call is None or self._names_the_rank(call):
+        if call is None:
+            return self._writer_use(stmt)
+        if self._names_the_rank(call):
             return None
         if self.is_call(call, N.PRINT) and self._to_a_rank_file(call):
             return None  # print(..., file=f) to this rank's own file: every rank writes its own
@@ -140,7 +240,7 @@ class OutputOnMainProcess(MainProcessGuard):
         if self._bar_write(call) and all(P.is_pure(a.value) for a in call.args):
             return "tqdm's write() prints on every rank (disable= does not stop it): main process only"
         if isinstance(call.func, cst.Attribute) and P.dotted_name(call.func.value) in self._writers:
-            if all(P.is_pure(a.value) for a in call.args):
+            if all(self._loggable(a.value) for a in call.args):
                 return "TensorBoard writes from the main process only"
         wandb = any(N.is_wandb(n) for n in self.qnames(call.func)) or (
             isinstance(call.func, cst.Attribute) and P.dotted_name(call.func.value) in self._runs

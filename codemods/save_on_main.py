@@ -184,6 +184,12 @@ class SaveOnMainProcess(MainProcessGuard):
             if not all(P.is_pure(a.value) for a in call.args):
                 return None  # (what it writes is computed here: maybe a collective every rank must run)
             return f"{P.dotted_name(call.func)} runs on the main process only (every rank would write the same file)"
+        if call is not None and self._logger_call(call) is not None:  # writer.add_scalar(...) of a class of the file
+            node = self._logger_call(call)
+            logger = W.logger_of(self.ast_source, node)
+            if logger is None or logger.truncates or not all(P.is_pure(a.value) for a in call.args):
+                return None  # (reported: visit_Call)
+            return f"{logger.cls.name}.{node.func.attr}() writes a file: on the main process only (every rank would write its lines into it)"
         if call is not None and self._frame_write(call) is not None:  # pandas: df.to_csv(path)
             node = self._frame_write(call)
             if not W.frame_write_is_pure(self.ast_source, node):
@@ -205,6 +211,35 @@ class SaveOnMainProcess(MainProcessGuard):
         if getattr(self, "_frames", None) is None:
             self._frames = {(c.lineno, c.col_offset): c for c in W.frame_writes(self.ast_source)}
         return self._frames.get(self._ast_key(call))
+
+    def _logger_call(self, call: cst.Call):
+        """The ``ast`` call of ``writer.add_scalar(...)`` when ``_writes.file_logger_calls``
+        (lint's DDP302 decision) takes it: a writing method of a class of this file."""
+        if not isinstance(call.func, cst.Attribute):
+            return None
+        if getattr(self, "_logger_calls", None) is None:
+            self._logger_calls = {(c.lineno, c.col_offset): c for c in W.file_logger_calls(self.ast_source)}
+        return self._logger_calls.get(self._ast_key(call)) if self._logger_calls else None
+
+    def _report_logger_call(self, call: cst.Call) -> None:
+        """A writing method of a logger class of the file that cannot simply go
+        behind the check (its file is kept open from mode "w", its arguments
+        compute, it is not a statement of its own, where no guard can go): reported."""
+        node = self._logger_call(call)
+        if node is None or P.under_main_process_check(self, call):
+            return
+        stmt = self.statement_of(call)
+        block = self.parent(stmt) if stmt is not None else None
+        if (
+            stmt is not None and single_call(stmt) is call and block is not None and self.guardable_block(block)
+            and self.before_process_group(stmt) is None and self.starts(stmt) is not None
+        ):
+            return  # guarded
+        logger = W.logger_of(self.ast_source, node)
+        what = dict(cls=logger.cls.name, method=node.func.attr)
+        self.manual(
+            call, W.FILE_LOGGER_MESSAGE.format(**what) + (W.FILE_LOGGER_TRUNCATES.format(**what) if logger.truncates else "")
+        )
 
     def _per_rank_path(self, call: cst.Call) -> bool:
         """A target every rank needs or has its own of (a path that names the rank,
@@ -314,6 +349,7 @@ class SaveOnMainProcess(MainProcessGuard):
     def visit_Call(self, node: cst.Call) -> None:
         if self.is_call(node, W.REMOVE_PATH):
             self._report_removal(node)
+        self._report_logger_call(node)
         if self.is_call(node, N.TORCH_SAVE):
             self._note_whole_model(node)
         # a torch.save that is not a statement of its own (in an expression, a lambda)

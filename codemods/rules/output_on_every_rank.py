@@ -6,6 +6,7 @@ import ast
 from typing import Iterator
 
 from .. import _names as N
+from .. import _writes as W
 from .._analysis import (
     Source,
     called_only_on_main,
@@ -36,6 +37,12 @@ class OutputOnEveryRank(Rule):
     `SummaryWriter(...)` made on every rank (not on the main process, nor
     `... if rank == 0 else None`; a `wandb.init(mode=...)` chooses per rank itself).
 
+    And, as an error, a use of an object made on the main process only --
+    `writer = SummaryWriter(d) if dist.get_rank() == 0 else None` (also
+    `self.writer`, and the parameter of a function it is handed to) -- that
+    every rank runs: `writer.log_dir`, a `writer.add_scalar(...)` outside the
+    check. It is None on the other ranks, and they crash there.
+
     ## Why is this bad?
     Every process runs the same code, so the log shows every line N times,
     interleaved. Progress belongs to the main process; warnings and errors may
@@ -45,18 +52,23 @@ class OutputOnEveryRank(Rule):
     ## Example
     ```python
     print(f"epoch {epoch}: loss {loss:.3f}")
+    writer = SummaryWriter() if dist.get_rank() == 0 else None
+    log_dir = writer.log_dir  # AttributeError on rank 1
     ```
 
     ## Use instead
     ```python
     if dist.get_rank() == 0:
         print(f"epoch {epoch}: loss {loss:.3f}")
+        log_dir = writer.log_dir
     ```
 
     ## Fix safety
     Safe: the computation is unchanged; only the other ranks' copies of the
     output disappear. Output whose arguments call into user code (which might
-    run the model, a collective) is not moved.
+    run the model, a collective) is not moved. A use of an object made on the
+    main process only has no fix here (convert guards the uses of the writers
+    it makes so, or reports them).
     """
 
     CODE = "DDP301"
@@ -78,6 +90,12 @@ class OutputOnEveryRank(Rule):
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
             return
+        names = W.main_only_names(src, W.main_only_bindings(src))
+        for use in W.unguarded_uses(src, names):
+            name = dotted(use)
+            found = self.diagnostic(src, use, W.MAIN_ONLY_USE_MESSAGE.format(name=name))
+            found.severity, found.fix = "error", None  # (it crashes the other ranks)
+            yield found
         loggers = _loggers(src)
         rank_level_logging = _rank_level_logging(src)
         main_only: dict = {}  # function -> called only on the main process

@@ -32,7 +32,9 @@ class SaveOnEveryRank(Rule):
     and safetensors' `save_file`/`save_model`, a `with open(path, "w") as f:`
     whose body only writes the file (`json.dump(history, f)`, `f.write(...)`,
     a csv writer's rows), pandas' `df.to_csv(path)` / `to_json` / `to_parquet` /
-    `to_pickle` -- that every rank reaches: not under a
+    `to_pickle`, a method of a class of the file that writes a file (a
+    project's own logger: `open("log.txt", "a").write(...)` in `add()`) --
+    that every rank reaches: not under a
     main-process check (`if dist.get_rank() == 0:`, `if is_main_process():`,
     `if args.local_rank in [-1, 0]:`, after `if rank != 0: return`), and not in a
     function that this file only calls under such a check. A function this file
@@ -98,6 +100,17 @@ class SaveOnEveryRank(Rule):
         if not uses_distributed(src):
             return
         yield from self._folders_and_removals(src)
+        for call in W.file_logger_calls(src):  # a project's own logger: writer.add_scalar(...)
+            if W.every_rank(src, call):
+                logger = W.logger_of(src, call)
+                what = dict(cls=logger.cls.name, method=call.func.attr)
+                message = W.FILE_LOGGER_MESSAGE.format(**what)
+                if logger.truncates:
+                    message += W.FILE_LOGGER_TRUNCATES.format(**what)
+                found = self.diagnostic(src, call, message)
+                if logger.truncates or not all(is_pure(a) for a in (*call.args, *(k.value for k in call.keywords))):
+                    found.fix = None
+                yield found
         for call in W.frame_writes(src):  # pandas: df.to_csv(path)
             if _in_writing_with(src, call) or not W.every_rank(src, call):
                 continue
