@@ -918,7 +918,11 @@ def per_rank_target(src: Source, target: ast.AST, depth: int = 3) -> bool:
         return True
     if depth == 0:
         return False
-    for name in {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}:
+    objects = {id(n.value) for n in ast.walk(target) if isinstance(n, ast.Attribute)}
+    # (the names the path is built from -- not an object it only reads an attribute
+    # of: ``net.__class__.__name__`` does not make the path per rank because ``net``
+    # was wrapped with ``device_ids=[local_rank]``)
+    for name in {n.id for n in ast.walk(target) if isinstance(n, ast.Name) and id(n) not in objects}:
         for value in bound_values(src, name, with_items=True):
             if value is not target and per_rank_target(src, value, depth - 1):
                 return True
