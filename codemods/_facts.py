@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from . import _names as N
 from ._analysis import Source, dotted, last_name
+from ._model import ModelAttributeFunction
 
 
 @dataclass
@@ -57,6 +58,10 @@ class FileFacts:
     #: HRNet's ``_init_paths``: ``osp.join(osp.dirname(__file__), "..", "lib")``),
     #: relative to the file's folder: imports resolve there too
     path_roots: Set[str] = field(default_factory=set)
+    #: top-level functions that read an attribute of a parameter that DDP does not
+    #: forward (``def generate(decoder, s): hidden = decoder.init_hidden(1)``), by
+    #: name: handed the DDP model from another file, they need its ``.module``
+    model_attribute_functions: Dict[str, ModelAttributeFunction] = field(default_factory=dict)
 
 
 #: a BatchNorm layer built in the file (nn.BatchNorm2d, BatchNorm1d(...), not SyncBatchNorm)
@@ -180,7 +185,31 @@ def collect_facts(src: Source) -> FileFacts:
         )
     if inits:
         facts.setup = "dp2ddp" if all(_in_dp2ddp_helper(src, call) for call in inits) else "hand"
+    facts.model_attribute_functions = _model_attribute_functions(src)
     return facts
+
+
+def _model_attribute_functions(src: Source) -> Dict[str, ModelAttributeFunction]:
+    found = {}
+    for func in src.tree.body:
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        params = tuple(a.arg for a in (*func.args.posonlyargs, *func.args.args))
+        attributes: Dict[str, str] = {}
+        trains = False
+        for node in ast.walk(func):
+            if (
+                isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in params
+                and node.attr not in N.DDP_FORWARDS and not node.attr.startswith("__")
+            ):
+                attributes.setdefault(node.value.id, node.attr)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "backward", "step"
+            ):
+                trains = True
+        if attributes:
+            found[func.name] = ModelAttributeFunction(params, tuple(sorted(attributes.items())), trains)
+    return found
 
 
 _FILE = "<__file__>"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Tuple
 
 #: the comment that marks a spot left for a human in the converted code
 MARKER = "# dp2ddp:"
@@ -35,6 +35,19 @@ class Settings:
     sync_bn: bool = False
     #: Put ``# dp2ddp:`` marker comments at spots left for a human.
     markers: bool = True
+
+
+@dataclass(frozen=True)
+class ModelAttributeFunction:
+    """A function that reads its parameters' own attributes (see
+    ``FileFacts.model_attribute_functions``)."""
+
+    #: its positional parameters, in order
+    params: Tuple[str, ...]
+    #: parameter -> the first attribute of it read that DDP does not forward
+    attributes: Tuple[Tuple[str, str], ...]
+    #: it steps an optimizer or calls backward() itself
+    trains: bool
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,10 @@ class FileRole:
     #: ``lint --fix`` on a script that starts it by hand, maybe late or only when
     #: launched distributed.
     group_always_up: bool = True
+    #: the functions of the modules this file imports that read their parameters'
+    #: own attributes (``FileFacts.model_attribute_functions``), by name -- a name
+    #: two of them define differently is left out
+    imported_model_functions: Tuple[Tuple[str, ModelAttributeFunction], ...] = ()
 
 
 @dataclass

@@ -206,3 +206,16 @@ CSV_WRITERS = frozenset({"csv.writer", "csv.DictWriter"})
 
 #: calls that put a folder on ``sys.path`` (a script's own import set-up)
 SYS_PATH_EDITS = frozenset({"sys.path.insert", "sys.path.append", "sys.path.extend", "site.addsitedir"})
+
+
+#: what DistributedDataParallel forwards to its module or has itself: no ``.module`` needed
+DDP_FORWARDS = frozenset(
+    {
+        "train", "eval", "parameters", "named_parameters", "buffers", "named_buffers",
+        "children", "named_children", "modules", "named_modules", "zero_grad", "to",
+        "cuda", "cpu", "float", "double", "half", "bfloat16", "apply", "requires_grad_",
+        "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+        "forward", "training", "no_sync", "module", "type", "share_memory", "join",
+        "register_comm_hook", "__call__", "device_ids",
+    }
+)

@@ -24,6 +24,7 @@ A DataParallel script needs none of it: DP already had ``.module`` and the
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -34,20 +35,12 @@ from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
+from ._model import ModelAttributeFunction
 from .dp_to_ddp import _loaded_back_message
 from .sampler import _calls_backward
 
 #: What DDP provides itself: no ``.module`` needed.
-DDP_API = frozenset(
-    {
-        "train", "eval", "parameters", "named_parameters", "buffers", "named_buffers",
-        "children", "named_children", "modules", "named_modules", "zero_grad", "to",
-        "cuda", "cpu", "float", "double", "half", "bfloat16", "apply", "requires_grad_",
-        "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
-        "forward", "training", "no_sync", "module", "type", "share_memory", "join",
-        "register_comm_hook", "__call__", "device_ids",
-    }
-)
+DDP_API = N.DDP_FORWARDS
 
 
 #: methods of a model that run no forward pass (HF's save_pretrained, get_input_embeddings...)
@@ -79,6 +72,8 @@ class ModuleAccess(Transform):
         self._shared_helpers: Set[cst.FunctionDef] = set()
         self._rebinds: Dict[Tuple[cst.CSTNode, str], List[int]] = {}  # (scope, name) -> lines
         self._noted_savers: Set[cst.Call] = set()
+        #: calls of another module's function that get ``name.module`` for ``name``
+        self._handed_the_module: Dict[cst.Call, str] = {}
 
     def visit_Module(self, node: cst.Module) -> None:
         wraps: List[Tuple[cst.Assign, str]] = []
@@ -160,10 +155,68 @@ class ModuleAccess(Transform):
                     self._follow_into(method, call, name, owner, depth)
             elif isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")) and cls is not None:
                 self._follow_into(_method(cls, func.attr.value), call, name, cls, depth)
+            elif isinstance(func, cst.Name) and func.value in self._imported_functions():
+                self._hand_over(call, scope, name, self._imported_functions()[func.value])
             elif isinstance(func, (cst.Name, cst.Attribute)) and _SAVER.search(P.dotted_name(func).rsplit(".", 1)[-1]):
                 self._note_foreign_saver(call, name)
             elif P.dotted_name(func).split(".", 1)[0] in foreign:  # early_stopping(val_loss, model)
                 self._note_foreign_saver(call, name, foreign[P.dotted_name(func).split(".", 1)[0]])
+
+    def _imported_functions(self) -> Dict[str, ModelAttributeFunction]:
+        """The functions of the modules this file imports that read their
+        parameters' own attributes (``FileRole.imported_model_functions``), by the
+        names this file imports them as (``from generate import generate``)."""
+        imported = {
+            alias: qualname for alias, qualname in self.ast_source.aliases.items()
+            if "." in qualname and not qualname.startswith(("torch.", "builtins."))
+        }
+        by_name = dict(self.role.imported_model_functions)
+        found = {alias: by_name[q.rsplit(".", 1)[1]] for alias, q in imported.items() if q.rsplit(".", 1)[1] in by_name}
+        if "import *" in self.ast_source.text:  # ``from generate import *``: the names it does not bind itself
+            bound = set(self.ast_source.aliases) | {
+                d.name for d in self.ast_source.of_type(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+            }
+            found.update((n, f) for n, f in by_name.items() if n not in bound)
+        return found
+
+    def _hand_over(self, call: cst.Call, scope: cst.CSTNode, name: str, function: ModelAttributeFunction) -> None:
+        """``generate(decoder, "Wh")`` of another module, which reads
+        ``decoder.init_hidden``: DDP has no such attribute.  A function that neither
+        trains nor is called where the model trains (its forward would bypass DDP's
+        gradient sync) gets ``decoder.module``; otherwise it is reported."""
+        received = [
+            function.params[index]
+            for index, arg in enumerate(a for a in call.args if a.keyword is None and not a.star)
+            if P.dotted_name(arg.value) == name and index < len(function.params)
+        ]
+        received += [a.keyword.value for a in call.args if a.keyword is not None and P.dotted_name(a.value) == name]
+        attributes = dict(function.attributes)
+        needed = [(p, attributes[p]) for p in received if p in attributes]
+        if not needed:
+            return
+        param, attribute = needed[0]
+        callee = P.dotted_name(call.func)
+        if function.trains or self._trains_here(scope):
+            self.manual(
+                call,
+                f"{callee}() (another module) reads {param}.{attribute}, which the DDP wrapper of {name} does "
+                f"not have: in {callee}(), use {param}.module.{attribute} (passing {name}.module would "
+                "train past DDP's gradient sync)",
+            )
+            return
+        self._handed_the_module[call] = name
+        self.changed(
+            call,
+            f"{callee}() (another module) reads {param}.{attribute}, which DDP does not forward: it gets {name}.module",
+        )
+
+    def _trains_here(self, scope: cst.CSTNode) -> bool:
+        """A ``backward()`` in ``scope`` itself (not in a function defined in it)."""
+        return any(
+            isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"
+            and (self.enclosing_function(c) or self.module) is scope
+            for c in P.find(scope, cst.Call)
+        )
 
     def _note_foreign_saver(self, call: cst.Call, name: str, owner: Optional[str] = None) -> None:
         """``save_checkpoint(model, path)`` of another module (``from utils import
@@ -282,6 +335,15 @@ class ModuleAccess(Transform):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """``torch.save(model, path)`` saved the bare model; saved wrapped, it would
         be a DDP object that cannot be loaded without a process group."""
+        if original_node in self._handed_the_module:
+            name = self._handed_the_module[original_node]
+            args = [
+                new.with_changes(value=cst.Attribute(value=new.value, attr=cst.Name("module")))
+                if P.dotted_name(old.value) == name and not old.star
+                else new
+                for old, new in zip(original_node.args, updated_node.args)
+            ]
+            return updated_node.with_changes(args=args)
         if m.matches(original_node.func, m.Name()) and original_node.func.value in _CONTAINER_BUILTINS:
             # enumerate(model), len(model), list(model) of a wrapped nn.Sequential
             args = [

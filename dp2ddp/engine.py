@@ -24,7 +24,7 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dp2ddp.codemods import _names as N
 from dp2ddp.codemods._model import (
@@ -247,8 +247,21 @@ def assign_roles(
             or any(facts[e].already_distributed for e in owners),
             set_up_by_dp2ddp="dp2ddp" in {facts[p].setup for p in (path, *owners)}
             and "hand" not in {facts[p].setup for p in (path, *owners)},
+            imported_model_functions=_imported_model_functions(graph.get(path, ()), linked),
         )
     return roles
+
+
+def _imported_model_functions(imported: Iterable[str], facts: Mapping[str, FileFacts]) -> tuple:
+    """``FileRole.imported_model_functions`` of a file that imports ``imported``."""
+    found: Dict[str, object] = {}
+    ambiguous: Set[str] = set()
+    for path in sorted(imported):
+        for name, function in facts[path].model_attribute_functions.items():
+            if found.get(name, function) != function:
+                ambiguous.add(name)
+            found[name] = function
+    return tuple(sorted((n, f) for n, f in found.items() if n not in ambiguous))
 
 
 # ------------------------------------------------------------------ line mapping
@@ -531,6 +544,7 @@ def convert_sources(
     cache=None,
     post_check: bool = True,
     only: Optional[Set[str]] = None,
+    context: Optional[Mapping[str, bytes]] = None,
 ) -> ConvertResult:
     """Convert a whole program given as {path: bytes}.
 
@@ -542,7 +556,10 @@ def convert_sources(
     always worked out afresh: they are part of each file's key).  ``post_check``:
     lint the outputs (``self_check``) and report what the conversion left undone.
     ``only``: convert just these files, each in the role the whole program gives
-    it (what lint's JSON shows as DDP001's fix), without the checks of the whole."""
+    it (what lint's JSON shows as DDP001's fix), without the checks of the whole.
+    ``context``: modules of the program that were not given ({path: bytes}, e.g.
+    the ``generate.py`` that ``dp2ddp convert train.py`` imports): read for their
+    facts (what their functions do with the model handed to them), never converted."""
     results: Dict[str, FileResult] = {}
     facts: Dict[str, FileFacts] = {}
     untouchable: Set[str] = set()  # scripts that do not use torch: never changed
@@ -582,6 +599,11 @@ def convert_sources(
             ] + _star_findings(path, file_facts)
             continue
         facts[path] = file_facts
+    for path, data in sorted((context or {}).items()):
+        if path not in sources:
+            _, file_facts, error, _ = _facts_one((path, data))
+            if error is None:
+                passthrough[path] = file_facts
     roles = assign_roles(facts, explicit, passthrough)
     jobs = []
     for path, role in roles.items():

@@ -100,6 +100,7 @@ class ConvertRun:
         from dp2ddp.engine import convert_sources
 
         sources = self.read()
+        left_out = self._modules_left_out(sources)
         result = convert_sources(
             sources,
             self.settings,
@@ -107,14 +108,45 @@ class ConvertRun:
             explicit=explicit_files(self.paths),
             workers=self.workers,
             cache=self.cache,
+            context=left_out,
         )
         if self.cache is not None:
             self.cache.save()
-        self._note_modules_left_out(result, sources)
+        self._note_modules_left_out(result, left_out)
         result.files.extend(self.read_errors)
         return result
 
-    def _note_modules_left_out(self, result, sources: Dict[str, bytes]) -> None:
+    def _modules_left_out(self, sources: Dict[str, bytes]) -> Dict[str, bytes]:
+        """The modules of their project that the given files import but that were
+        not given (``dp2ddp convert train.py`` beside ``generate.py``), and that use
+        torch: {path: bytes}.  Read for what they do (never converted or written)."""
+        from dp2ddp.codemods._facts import import_facts
+        from dp2ddp.engine import module_files, package_folder
+
+        given = {os.path.normpath(os.path.abspath(p)) for p in sources}
+        found: Dict[str, bytes] = {}
+        for path, data in sources.items():
+            if b"import" not in data:
+                continue
+            facts = import_facts(data.decode("utf-8", "replace"))
+            folder = os.path.dirname(os.path.abspath(path))
+            wanted = [(folder, name) for name in facts.imports]
+            wanted += [(package_folder(folder, level), name) for level, name in facts.relative_imports]
+            for base, name in wanted:
+                for candidate in module_files(base, name):
+                    key = candidate if os.path.isabs(path) else os.path.relpath(candidate)
+                    if candidate in given or key in found or not os.path.isfile(candidate):
+                        continue
+                    try:
+                        with open(candidate, "rb") as handle:
+                            text = handle.read()
+                    except OSError:
+                        continue
+                    if b"torch" in text:
+                        found[key] = text  # (spelled like the given paths: the import graph joins them)
+        return found
+
+    def _note_modules_left_out(self, result, left_out: Dict[str, bytes]) -> None:
         """An entry point imports modules of its project that were not given (``dp2ddp
         convert train.py`` beside ``trainer.py``): they are not converted -- their
         loops, loaders and saves stay single-process -- so the report says which."""
@@ -122,7 +154,6 @@ class ConvertRun:
         from dp2ddp.codemods._model import Finding
         from dp2ddp.engine import module_files, package_folder
 
-        given = {os.path.normpath(os.path.abspath(p)) for p in sources}
         for entry in result.entries:
             if entry.output is None and not entry.findings:
                 continue
@@ -130,17 +161,13 @@ class ConvertRun:
             folder = os.path.dirname(os.path.abspath(entry.path))
             wanted = [(folder, name) for name in facts.imports]
             wanted += [(package_folder(folder, level), name) for level, name in facts.relative_imports]
-            missing = set()
-            for base, name in wanted:
-                for candidate in module_files(base, name):
-                    if candidate in given or not os.path.isfile(candidate):
-                        continue
-                    try:
-                        with open(candidate, "rb") as handle:
-                            if b"torch" in handle.read():
-                                missing.add(os.path.relpath(candidate))
-                    except OSError:
-                        pass
+            left_out_paths = {os.path.abspath(p) for p in left_out}
+            missing = {
+                os.path.relpath(candidate)
+                for base, name in wanted
+                for candidate in module_files(base, name)
+                if candidate in left_out_paths
+            }
             if missing:
                 entry.findings.append(
                     Finding(

@@ -328,6 +328,22 @@ def test_an_entry_converted_without_its_modules_says_which_were_left_out(tmp_pat
     assert "which were not given" not in whole.output
 
 
+def test_an_entry_converted_alone_reads_the_modules_it_imports_but_leaves_them(tmp_path):
+    """``convert train.py`` beside ``sample.py``: sample.py is not converted (and
+    said so), but what its ``generate(model, ...)`` does with the model -- reads
+    ``model.init_hidden``, which DDP does not forward -- decides the call in train.py."""
+    import shutil
+
+    before = FIXTURES / "e2e" / "model_read_by_another_module" / "before"
+    for path in before.glob("*.py"):
+        shutil.copy(path, tmp_path / path.name)
+    untouched = {p.name: p.read_bytes() for p in tmp_path.glob("*.py") if p.name != "train.py"}
+    alone = run("convert", "--no-cache", "--write", "train.py", cwd=tmp_path)
+    assert "which were not given" in alone.output and "sample.py" in alone.output
+    assert "generate(model.module, 1, 5)" in (tmp_path / "train.py").read_text()
+    assert {name: (tmp_path / name).read_bytes() for name in untouched} == untouched
+
+
 def test_sync_bn_option_converts_batchnorm_before_the_wrap_and_runs_on_cpu(tmp_path):
     """--sync-bn hands DDP the model through the sync_batchnorm helper (which keeps
     BatchNorm on CPU, where SyncBatchNorm has no kernel); without it, a note."""
@@ -392,3 +408,48 @@ def test_the_printed_diff_applies_with_patch_and_git_also_under_a_folder_with_a_
     run("convert", "--write", "--allow-dirty", "my project", cwd=tmp_path)
     assert (converted / "my project" / "train.py").read_bytes() == (folder / "train.py").read_bytes()
     assert (folder / "train.py").read_bytes() != DP_SCRIPT
+
+
+def test_a_training_helper_of_another_module_reading_the_models_attributes_is_reported():
+    """``loss = compute_loss(model, x, y)`` of another module reads
+    ``model.criterion``: passing ``model.module`` would train past DDP's gradient
+    sync, so the call is a spot (the file is incomplete), not rewritten."""
+    from dp2ddp.engine import convert_sources
+
+    losses = b"import torch\n\n\ndef compute_loss(model, x, y):\n    return model.criterion(model(x), y)\n"
+    train = b"""import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from losses import compute_loss
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 1)
+        self.criterion = torch.nn.MSELoss()
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def main():
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = compute_loss(model, x, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_sources({"train.py": train, "losses.py": losses})
+    (entry,) = [f for f in result.files if f.path == "train.py"]
+    spots = [f for f in entry.findings if f.kind == "manual" and f.code == "DDP303"]
+    assert spots and "compute_loss()" in spots[0].message and "model.criterion" in spots[0].message
+    assert b"compute_loss(model, x, y)" in entry.output
