@@ -57,3 +57,10 @@ def trust_pickles(root, entry):
     """torch>=2.6 loads weights only by default; these old scripts pickle whole models."""
     edit(root, entry, ("import rw_probe  # noqa\n", "import rw_probe  # noqa\n"
                        "import functools, torch; torch.load = functools.partial(torch.load, weights_only=False)  # noqa\n"))
+
+
+def cuda_on_cpu(root, entry):
+    """A CUDA-only script (bare .cuda() calls) on this CPU machine: .cuda() is the identity."""
+    edit(root, entry, ("import rw_probe  # noqa\n", "import rw_probe  # noqa\n"
+                       "import torch; torch.Tensor.cuda = lambda t, *a, **k: t; "
+                       "torch.nn.Module.cuda = lambda m, *a, **k: m  # noqa\n"))
