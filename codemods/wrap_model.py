@@ -77,6 +77,17 @@ class WrapModel(Transform):
                 "DistributedDataParallel by hand",
             )
             return
+        if model == "self":
+            # ``self.opt = Adam(self.parameters())`` in a module's own __init__: a module
+            # cannot wrap itself (``self = DDP(self)`` only rebinds a local)
+            self.manual(
+                node,
+                "this module builds its own optimizer over self.parameters() (it trains itself): "
+                "DistributedDataParallel must wrap it from outside, and its training step must "
+                "call the wrapper (a self(x) or self.forward(x) inside it bypasses DDP's gradient "
+                "sync); restructure it by hand",
+            )
+            return
         owner = self.enclosing_function(node)
         index = _parameter_index(owner, model)
         if index is not None and not _trains_here(owner):
@@ -113,6 +124,7 @@ class WrapModel(Transform):
             self.manual(node, f"wrap {model} in DistributedDataParallel before its optimizer is built")
             return
         owner = self.enclosing_function(node)
+        stmt = self._outside_optional_branches(stmt, model)
         key = (owner, model)
         if self._is_ddp(model, node):
             return
@@ -165,6 +177,25 @@ class WrapModel(Transform):
             self.changed(node, f"{model} is loaded whole: an old DataParallel pickle is unwrapped before the DDP wrap")
         self.insert_before(stmt, [*unwrap, wrap])
         self.changed(node, f"{model} is wrapped in DistributedDataParallel before its optimizer is built")
+
+    def _outside_optional_branches(self, stmt: cst.CSTNode, model: str) -> cst.CSTNode:
+        """The statement before which to wrap ``model`` for an optimizer built at
+        ``stmt``: ``stmt`` -- or, when the optimizer is built under an ``if`` that the
+        model was bound before (``if args.use_optimizer: optimizer = SGD(...)``, an
+        optimizer only on one path), that ``if``: every path then trains the DDP model,
+        as the code after it (``model.module...``) expects."""
+        assigned = self.assignments_to(model, stmt)
+        anchor = stmt
+        for anc in self.ancestors(stmt):
+            if not isinstance(anc, (cst.If, cst.IndentedBlock, cst.Else)):
+                break
+            if isinstance(anc, cst.If):
+                if P.is_main_guard(anc) or any(any(a is anc for a in self.ancestors(b)) for b in assigned):
+                    break  # (bound in the branch: a resume if/else)
+                anchor = anc
+        if anchor is stmt or not isinstance(self.parent(anchor), (cst.IndentedBlock, cst.Module)):
+            return stmt
+        return stmt if self.before_process_group(anchor) is not None else anchor
 
     def _exclusive(self, one: cst.CSTNode, other: cst.CSTNode) -> bool:
         """``one`` and ``other`` lie on the two sides of one if/else: no run reaches both."""

@@ -87,7 +87,39 @@ def accumulates(loop: ast.AST) -> bool:
     after = body[backward + 1 :]
     if any(not isinstance(s, ast.If) and _steps_now(s) for s in after):
         return False  # (a step every iteration)
-    return any(isinstance(s, ast.If) and _steps(s) and not _exists_test(s) for s in after)
+    varying = _bound_in(loop)
+    return any(
+        isinstance(s, ast.If) and _steps(s) and not _exists_test(s) and _varies(s.test, varying) for s in after
+    )
+
+
+def _bound_in(loop: ast.AST) -> set:
+    """The names the loop binds: its target and what its body assigns (counters,
+    the batch), and ``self.`` attributes it assigns."""
+    bound = set()
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            bound.add(dotted(node))
+        elif isinstance(node, ast.AugAssign):
+            bound.add(dotted(node.target))
+    return bound
+
+
+def _varies(test: ast.AST, varying: set) -> bool:
+    """``test`` can change from one iteration to the next: it reads a name the loop
+    binds (``(i + 1) % accum == 0``) or calls something.  ``if args.use_optimizer:``
+    is the same on every iteration -- a step on each of them or on none, not
+    gradient accumulation."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call):
+            return True
+        if isinstance(node, ast.Name) and node.id in varying:
+            return True
+        if isinstance(node, ast.Attribute) and dotted(node) in varying:
+            return True
+    return False
 
 
 def _steps_now(stmt: ast.stmt) -> bool:
