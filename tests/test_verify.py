@@ -408,7 +408,7 @@ def test_a_sampler_of_the_projects_own_is_judged_by_the_orders_it_drew(workdir):
     report = verify(VerifyOptions(script=str(FIXTURES / "verify" / "custom_sampler.py"), timeout=30.0))
     checks = by_name(report)
     assert report.ok, text(report)
-    assert checks["set-epoch"].message == "ShardShuffleSampler (the project's own): 3 epochs, each in a new order"
+    assert checks["set-epoch"].message.startswith("ShardShuffleSampler (the project's own): 3 epochs, each in a new order")
     assert checks["data-sharded"].message.startswith("ranks drew disjoint samples (custom sampler")
 
     def passes(shuffle, orders):
@@ -429,11 +429,11 @@ def test_a_sampler_of_the_projects_own_is_judged_by_the_orders_it_drew(workdir):
     checks = by_name(unsharded)
     assert checks["data-sharded"].status == "fail", text(unsharded)
     assert "make ShuffledBatches give each rank its own part" in checks["data-sharded"].advice
-    assert checks["set-epoch"].message == "ShuffledBatches (the project's own): 3 epochs, each in a new order"
+    assert checks["set-epoch"].message.startswith("ShuffledBatches (the project's own): 3 epochs, each in a new order")
 
     # the same order every epoch: not a failure (it may not shuffle), but said
     same = check_set_epoch(passes(None, [[3, 1, 2], [3, 1, 2]]))
-    assert same.status == "pass" and "drew the same order in all 2 epochs" in same.message
+    assert same.status == "pass" and "gave the same order in the first 3 samples of 2 epochs" in same.message
     # a sampler known not to shuffle needs no new order; one known to shuffle (a DistributedSampler
     # with shuffle=True) drawing the same order is the forgotten set_epoch
     assert check_set_epoch(passes(False, [[1, 2, 3], [1, 2, 3]])).message.startswith("the training sampler does not")
@@ -477,3 +477,75 @@ def test_shard_check_on_recorded_passes(shards, subsets, words):
         assert check.status == "pass" and check.message == "2 disjoint shards covering 8 of 8 samples"
     else:
         assert check.status == "fail" and words in check.message, check.to_dict()
+
+
+# ---------------------------------------------------------------- real loaders (issue 20)
+WORKERS = FIXTURES / "verify" / "loader_workers.py"
+
+
+@pytest.mark.parametrize(
+    "args, check, status, words",
+    [
+        ([], "data-sharded", "pass", "2 disjoint shards covering 128 of 128 samples"),
+        (["--fault", "no-sampler"], "data-sharded", "fail", "every rank iterates the whole dataset (128 samples"),
+        (["--fault", "no-set-epoch"], "set-epoch", "fail", "all 3 epochs draw the samples in the same order"),
+        (["--fault", "no-set-epoch", "--prefetcher"], "set-epoch", "fail", "all 3 epochs draw the samples in the same order"),
+    ],
+    ids=["correct", "no-sampler", "no-set-epoch", "no-set-epoch-prefetcher"],
+)
+def test_loader_workers_prefetching_a_whole_epoch(workdir, args, check, status, words):
+    """num_workers=2, pin_memory, persistent_workers; 4 batches an epoch, all drawn
+    (prefetched) before the epoch's first step: the sampler's indices are observed in
+    the rank's process, the pass is judged by the steps taken while it is consumed."""
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    report = verify(VerifyOptions(script=str(WORKERS), args=args, launcher="torchrun", timeout=60.0))
+    result = by_name(report)[check]
+    assert result.status == status and words in result.message, text(report)
+    if status == "pass":
+        assert report.ok, text(report)
+        assert by_name(report)["set-epoch"].message.startswith("3 epochs, each in a new order"), text(report)
+    else:
+        others = [c.name for c in report.checks if c.status != "pass" and c.name not in (check, "local-device")]
+        assert others == [], text(report)
+
+
+def test_a_batch_sampler_of_the_projects_own_with_workers(workdir):
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    report = verify(VerifyOptions(script=str(WORKERS), args=["--batch-sampler"], timeout=60.0))
+    assert report.ok, text(report)
+    assert by_name(report)["data-sharded"].message.startswith("ranks drew disjoint samples (custom sampler")
+
+
+@pytest.mark.parametrize(
+    "stream, status, words",
+    [
+        ("sharded", "pass", "ranks received disjoint samples (an iterable dataset; compared by content, rank 0: 64"),
+        ("same", "fail", "ranks receive the same samples (an iterable dataset): 80 of the 80 distinct samples"),
+        ("opaque", "inconclusive", "cannot be told (an iterable dataset)"),
+    ],
+)
+def test_an_iterable_dataset_gets_a_true_shard_verdict(workdir, stream, status, words):
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    script = FIXTURES / "verify" / "iterable_data.py"
+    report = verify(VerifyOptions(script=str(script), args=["--stream", stream], timeout=60.0))
+    result = by_name(report)["data-sharded"]
+    assert result.status == status and words in result.message, text(report)
+
+
+def test_a_sampler_of_unreadable_indices_is_judged_by_content_not_passed():
+    """Indices that are not integers (nothing to intersect) never make 'disjoint'."""
+    from dp2ddp.verify.checks import Records, check_sharded
+
+    def ranks(prints):
+        return Records(ranks={r: [{"event": "pass", "start_step": 0, "end_step": 2, "sampler": "KeySampler",
+                                   "shuffle": None, "indices": [], "samples": [[None, fp] for fp in fps]}]
+                              for r, fps in enumerate(prints)}, stacks={}, logs={})
+
+    assert check_sharded(ranks([["a", "b"], ["a", "b"]])).status == "fail"
+    assert check_sharded(ranks([["a", "b"], ["c", "d"]])).status == "pass"
+    assert check_sharded(ranks([[], []])).status == "inconclusive"
+    assert check_sharded(ranks([list("abcdefgh"), list("aijklmno")])).status == "inconclusive"
+
