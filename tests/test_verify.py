@@ -549,3 +549,32 @@ def test_a_sampler_of_unreadable_indices_is_judged_by_content_not_passed():
     assert check_sharded(ranks([[], []])).status == "inconclusive"
     assert check_sharded(ranks([list("abcdefgh"), list("aijklmno")])).status == "inconclusive"
 
+
+def test_against_with_data_drawn_in_each_process_is_inconclusive_not_failed(workdir):
+    """The dataset draws torch.rand in each process: the original's run and the ranks
+    hold different samples for the same index, so the weights cannot match -- said,
+    not blamed on the conversion; seeded, the same script matches the original."""
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    script = str(FIXTURES / "verify" / "random_dataset.py")
+    unseeded = verify(VerifyOptions(script=script, against=script, timeout=60.0))
+    match = by_name(unseeded)["matches-original"]
+    assert match.status == "inconclusive", text(unseeded)
+    assert "the data is not deterministic across processes" in match.message
+    assert "not the same in rank 0 and the original's run" in match.message
+    assert "RandomPoints (defined at " in match.message and "random_dataset.py:" in match.message
+    seeded = verify(VerifyOptions(script=script, args=["--seeded"], against=script, timeout=60.0))
+    match = by_name(seeded)["matches-original"]
+    assert match.status == "pass" and match.details["max_difference"] < 1e-4, text(seeded)
+
+
+def test_data_disagreement_across_ranks_on_the_same_index():
+    from dp2ddp.verify.checks import data_disagreement
+
+    same = {"rank 0": {"samples": [[0, "a"], [1, "b"]]}, "rank 1": {"samples": [[1, "b"], [2, "c"]]}}
+    assert data_disagreement(same) is None
+    differ = {"rank 0": {"samples": [[0, "a"], [1, "b"]]},
+              "rank 1": {"samples": [[1, "x"]], "dataset": "Noise", "dataset_defined": "data.py:3"}}
+    message = data_disagreement(differ)
+    assert "sample 1 of the training set is not the same in rank 0 and rank 1" in message
+    assert "Noise (defined at data.py:3)" in message

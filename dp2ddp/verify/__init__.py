@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from dp2ddp.verify.checks import Check, Records, evaluate
+from dp2ddp.verify.checks import Check, Records, data_disagreement, evaluate, first_training_pass, read_events
 
 
 @dataclass
@@ -154,8 +154,12 @@ def verify(options: VerifyOptions) -> VerifyReport:
                 "a short run (fewer epochs, through its arguments after `--`) and a larger --max-steps "
                 "to check it too"
             )
+        rank_passes = {f"rank {rank}": first_training_pass(events) for rank, events in sorted(records.ranks.items())}
+        across_ranks = data_disagreement(rank_passes)
+        if across_ranks:
+            notes.append(across_ranks)
         if options.against:
-            checks.append(_against(options, run_dir))
+            checks.append(_against(options, run_dir, rank_passes))
     finally:
         if not options.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -172,7 +176,7 @@ def verify(options: VerifyOptions) -> VerifyReport:
     )
 
 
-def _against(options: VerifyOptions, run_dir: str) -> Check:
+def _against(options: VerifyOptions, run_dir: str, rank_passes: Dict[str, Any]) -> Check:
     """Run the original single-process for the same samples; compare final weights."""
     from dp2ddp.verify import harness as H
 
@@ -213,6 +217,11 @@ def _against(options: VerifyOptions, run_dir: str) -> Check:
             advice="the original must run on this machine as a single process",
             log=tail,
         )
+    # the same samples? (a dataset drawn at random in each process is not: the weights cannot match)
+    original_pass = first_training_pass(read_events(os.path.join(run_dir, "original.jsonl")))
+    differ = data_disagreement({**rank_passes, "the original's run": original_pass})
+    if differ:
+        return check.inconclusive(differ + ": the final weights cannot be compared")
     distributed = os.path.join(run_dir, "params-rank0.pt")
     original = os.path.join(run_dir, "params-original.pt")
     if not (os.path.exists(distributed) and os.path.exists(original)):
