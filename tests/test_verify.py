@@ -578,3 +578,49 @@ def test_data_disagreement_across_ranks_on_the_same_index():
     message = data_disagreement(differ)
     assert "sample 1 of the training set is not the same in rank 0 and rank 1" in message
     assert "Noise (defined at data.py:3)" in message
+
+
+@pytest.mark.parametrize(
+    "start, uses, status",
+    [
+        # device 1 on LOCAL_RANK 1: right
+        ({"local_rank": 1}, [{"event": "set_device", "index": 1}], "pass"),
+        # each rank narrows CUDA_VISIBLE_DEVICES to its own GPU, then uses device 0: right
+        ({"local_rank": 1}, [{"event": "set_device", "index": 0, "visible": "1"}], "pass"),
+        # the user launched on GPUs 2,3: LOCAL_RANK 1 is GPU 3, device index 1
+        ({"local_rank": 1, "visible": "2,3"}, [{"event": "set_device", "index": 1, "visible": "2,3"}], "pass"),
+        ({"local_rank": 1, "visible": "2,3"}, [{"event": "set_device", "index": 0, "visible": "2,3"}], "fail"),
+        # no set_device, but the DDP model sits on GPU 0 on LOCAL_RANK 1
+        ({"local_rank": 1}, [{"event": "ddp", "cuda_device": 0}], "fail"),
+        ({"local_rank": 0}, [{"event": "ddp", "cuda_device": None}], "skip"),
+    ],
+)
+def test_device_check_reads_indices_through_cuda_visible_devices(start, uses, status):
+    from dp2ddp.verify.checks import Records, check_devices
+
+    records = Records(ranks={1: [{"event": "start", **start}, *uses]}, stacks={}, logs={})
+    assert check_devices(records).status == status, check_devices(records).to_dict()
+
+
+def test_set_device_index_forms():
+    import torch
+
+    from dp2ddp.verify.harness import _device_index
+
+    assert [_device_index(d) for d in (1, "cuda:1", torch.device("cuda", 1), "cuda")] == [1, 1, 1, None]
+
+
+def test_gpu_check_skips_cleanly_without_cuda(tmp_path):
+    """No GPU here: the script says so and exits 0 before installing anything."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.sh"
+    env = {**os.environ, "GPU_CHECK_VENV": str(tmp_path / "venv")}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0 and "skipped: no CUDA" in proc.stdout, proc.stdout + proc.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+def test_the_amp_fixture_verifies_on_cpu(workdir):
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    report = verify(VerifyOptions(script=str(FIXTURES / "verify" / "amp_train.py"), timeout=60.0))
+    assert report.ok, text(report)

@@ -113,6 +113,15 @@ def default_nproc() -> int:
     return 2
 
 
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        return False
+
+
 def verify(options: VerifyOptions) -> VerifyReport:
     from dp2ddp.verify import launch
 
@@ -129,7 +138,10 @@ def verify(options: VerifyOptions) -> VerifyReport:
     started = time.time()
     launcher = options.launcher
     if launcher == "auto":
-        launcher = "torchrun" if options.nnodes > 1 or not hasattr(os, "fork") else "fork"
+        # CUDA does not survive a fork of a process that has asked it about its
+        # devices: on a GPU machine the ranks are started by torchrun (exec'd)
+        forked_ok = hasattr(os, "fork") and not _cuda_available()
+        launcher = "torchrun" if options.nnodes > 1 or not forked_ok else "fork"
     world = options.nproc_per_node * options.nnodes
     try:
         launched = launch.Launched()

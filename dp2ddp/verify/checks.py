@@ -644,21 +644,48 @@ def check_no_crash(records: Records, launched) -> Check:
     return check.ok("every rank finished or stopped at the budget")
 
 
+def physical_gpu(index: Optional[int], visible: Optional[str]) -> Optional[int]:
+    """The GPU a CUDA device index names when CUDA_VISIBLE_DEVICES was ``visible``
+    (a list of numbers: index 0 is its first entry); the index itself otherwise
+    (unset, or UUIDs: not comparable across ranks)."""
+    if index is None or not visible:
+        return index
+    entries = [v.strip() for v in visible.split(",") if v.strip()]
+    if not all(v.isdigit() for v in entries) or index >= len(entries):
+        return index
+    return int(entries[index])
+
+
 def check_devices(records: Records) -> Check:
+    """Each rank computes on the GPU of its LOCAL_RANK: the index given to
+    ``torch.cuda.set_device`` and the device of the DDP-wrapped model, both read
+    through CUDA_VISIBLE_DEVICES (a script that narrows it to its own GPU per rank
+    and then uses device 0 is right), compared with the GPU LOCAL_RANK names under
+    the launch's CUDA_VISIBLE_DEVICES."""
     check = Check(9, "local-device", "each rank uses the GPU of its LOCAL_RANK")
     calls = 0
     for rank in sorted(records.ranks):
         start = records.first(rank, "start") or {}
-        for event in records.events(rank, "set_device"):
+        local_rank = start.get("local_rank")
+        expected = physical_gpu(local_rank, start.get("visible"))
+        uses = [("set_device", e, e.get("index")) for e in records.events(rank, "set_device")]
+        uses += [("the DDP-wrapped model", e, e.get("cuda_device")) for e in records.events(rank, "ddp")
+                 if e.get("cuda_device") is not None]
+        for what, event, index in uses:
+            if index is None:
+                continue
             calls += 1
-            if event["index"] != start.get("local_rank"):
+            gpu = physical_gpu(index, event.get("visible"))
+            if gpu != expected:
                 return check.fail(
-                    f"rank {rank} picked GPU {event['index']} but its LOCAL_RANK is {start.get('local_rank')}"
-                    + (" (the global rank used as a device index?)" if event["index"] == rank else ""),
+                    f"rank {rank}: {what} is on GPU {index}"
+                    + (f" (GPU {gpu} of the machine)" if gpu != index else "")
+                    + f" but its LOCAL_RANK is {local_rank}"
+                    + (" (the global rank used as a device index?)" if index == rank and rank != local_rank else ""),
                     rank=rank,
                     location=event.get("where"),
                     advice="use LOCAL_RANK for devices, RANK only for 'am I the main process'",
                 )
     if not calls:
-        return check.skip("no torch.cuda.set_device call (CPU run)")
-    return check.ok("every set_device call used LOCAL_RANK")
+        return check.skip("no CUDA device chosen (CPU run)")
+    return check.ok("every set_device call and DDP model used the GPU of LOCAL_RANK")

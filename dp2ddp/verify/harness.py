@@ -197,6 +197,7 @@ class Harness:
             pid=os.getpid(),
             rank=self.rank,
             local_rank=self.local_rank,
+            visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
             world_size=int(os.environ.get("WORLD_SIZE", "1")),
             group_rank=os.environ.get("GROUP_RANK"),
             script=self.script,
@@ -205,6 +206,8 @@ class Harness:
         import torch
 
         if os.environ.get(ENV_DETERMINISTIC) == "1":
+            # cuBLAS is deterministic only with a fixed workspace, set before CUDA starts
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True, warn_only=True)
             torch.backends.cudnn.deterministic = True
             torch.backends.cudnn.benchmark = False
@@ -265,10 +268,14 @@ class Harness:
             original(self, module, *args, **kwargs)
             ids = {id(p) for p in module.parameters()}
             harness.ddp_params |= ids
+            # the GPU the wrapped model lives on (DDP itself requires one device)
+            devices = {p.device.index for p in module.parameters() if p.device.type == "cuda"}
             harness.rec.event(
                 "ddp",
                 params=len(ids),
                 module=type(module).__name__,
+                cuda_device=min(devices) if len(devices) == 1 else None,
+                visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
                 where=_user_location(harness.script_dir),
             )
 
@@ -317,6 +324,14 @@ class Harness:
         optimizer = self.last_optimizer
         if optimizer is None:
             return
+        import torch
+
+        if os.environ.get(ENV_DETERMINISTIC) == "1" and torch.backends.cudnn.benchmark and torch.cuda.is_available():
+            self.rec.event(
+                "note",
+                text="the script turns torch.backends.cudnn.benchmark on: cuDNN picks its algorithms by timing, "
+                "so --against's weights may differ by that choice (turn it off to compare)",
+            )
         self.rec.event("last_step", steps=self.steps, reason=reason, checksum=self._checksum(optimizer))
         if self.rank in (None, 0):
             import torch
@@ -428,8 +443,12 @@ class Harness:
         harness = self
 
         def set_device(device):
-            index = device.index if hasattr(device, "index") else device
-            harness.rec.event("set_device", index=index, where=_user_location(harness.script_dir))
+            harness.rec.event(
+                "set_device",
+                index=_device_index(device),
+                visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+                where=_user_location(harness.script_dir),
+            )
             return original(device)
 
         torch.cuda.set_device = set_device
@@ -723,6 +742,19 @@ def _sample_fingerprints(batch, count: Optional[int]) -> Optional[List[str]]:
                 digest.update(repr(part).encode())
         prints.append(digest.hexdigest())
     return prints
+
+
+def _device_index(device) -> Optional[int]:
+    """The index ``torch.cuda.set_device`` was given: 1, "cuda:1", torch.device("cuda", 1);
+    None for a device without one ("cuda": the current device, unchanged)."""
+    if isinstance(device, int):
+        return device
+    import torch
+
+    try:
+        return torch.device(device).index
+    except (TypeError, RuntimeError, ValueError):
+        return None
 
 
 def _defined_at(cls, script_dir: str) -> Optional[str]:
