@@ -408,7 +408,7 @@ def test_a_sampler_of_the_projects_own_is_judged_by_the_orders_it_drew(workdir):
     report = verify(VerifyOptions(script=str(FIXTURES / "verify" / "custom_sampler.py"), timeout=30.0))
     checks = by_name(report)
     assert report.ok, text(report)
-    assert checks["set-epoch"].message == "ShardShuffleSampler (the project's own): 3 epochs, each in a new order"
+    assert checks["set-epoch"].message.startswith("ShardShuffleSampler (the project's own): 3 epochs, each in a new order")
     assert checks["data-sharded"].message.startswith("ranks drew disjoint samples (custom sampler")
 
     def passes(shuffle, orders):
@@ -429,11 +429,11 @@ def test_a_sampler_of_the_projects_own_is_judged_by_the_orders_it_drew(workdir):
     checks = by_name(unsharded)
     assert checks["data-sharded"].status == "fail", text(unsharded)
     assert "make ShuffledBatches give each rank its own part" in checks["data-sharded"].advice
-    assert checks["set-epoch"].message == "ShuffledBatches (the project's own): 3 epochs, each in a new order"
+    assert checks["set-epoch"].message.startswith("ShuffledBatches (the project's own): 3 epochs, each in a new order")
 
     # the same order every epoch: not a failure (it may not shuffle), but said
     same = check_set_epoch(passes(None, [[3, 1, 2], [3, 1, 2]]))
-    assert same.status == "pass" and "drew the same order in all 2 epochs" in same.message
+    assert same.status == "pass" and "gave the same order in the first 3 samples of 2 epochs" in same.message
     # a sampler known not to shuffle needs no new order; one known to shuffle (a DistributedSampler
     # with shuffle=True) drawing the same order is the forgotten set_epoch
     assert check_set_epoch(passes(False, [[1, 2, 3], [1, 2, 3]])).message.startswith("the training sampler does not")
@@ -477,3 +477,150 @@ def test_shard_check_on_recorded_passes(shards, subsets, words):
         assert check.status == "pass" and check.message == "2 disjoint shards covering 8 of 8 samples"
     else:
         assert check.status == "fail" and words in check.message, check.to_dict()
+
+
+# ---------------------------------------------------------------- real loaders (issue 20)
+WORKERS = FIXTURES / "verify" / "loader_workers.py"
+
+
+@pytest.mark.parametrize(
+    "args, check, status, words",
+    [
+        ([], "data-sharded", "pass", "2 disjoint shards covering 128 of 128 samples"),
+        (["--fault", "no-sampler"], "data-sharded", "fail", "every rank iterates the whole dataset (128 samples"),
+        (["--fault", "no-set-epoch"], "set-epoch", "fail", "all 3 epochs draw the samples in the same order"),
+        (["--fault", "no-set-epoch", "--prefetcher"], "set-epoch", "fail", "all 3 epochs draw the samples in the same order"),
+    ],
+    ids=["correct", "no-sampler", "no-set-epoch", "no-set-epoch-prefetcher"],
+)
+def test_loader_workers_prefetching_a_whole_epoch(workdir, args, check, status, words):
+    """num_workers=2, pin_memory, persistent_workers; 4 batches an epoch, all drawn
+    (prefetched) before the epoch's first step: the sampler's indices are observed in
+    the rank's process, the pass is judged by the steps taken while it is consumed."""
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    report = verify(VerifyOptions(script=str(WORKERS), args=args, launcher="torchrun", timeout=60.0))
+    result = by_name(report)[check]
+    assert result.status == status and words in result.message, text(report)
+    if status == "pass":
+        assert report.ok, text(report)
+        assert by_name(report)["set-epoch"].message.startswith("3 epochs, each in a new order"), text(report)
+    else:
+        others = [c.name for c in report.checks if c.status != "pass" and c.name not in (check, "local-device")]
+        assert others == [], text(report)
+
+
+def test_a_batch_sampler_of_the_projects_own_with_workers(workdir):
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    report = verify(VerifyOptions(script=str(WORKERS), args=["--batch-sampler"], timeout=60.0))
+    assert report.ok, text(report)
+    assert by_name(report)["data-sharded"].message.startswith("ranks drew disjoint samples (custom sampler")
+
+
+@pytest.mark.parametrize(
+    "stream, status, words",
+    [
+        ("sharded", "pass", "ranks received disjoint samples (an iterable dataset; compared by content, rank 0: 64"),
+        ("same", "fail", "ranks receive the same samples (an iterable dataset): 80 of the 80 distinct samples"),
+        ("opaque", "inconclusive", "cannot be told (an iterable dataset)"),
+    ],
+)
+def test_an_iterable_dataset_gets_a_true_shard_verdict(workdir, stream, status, words):
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    script = FIXTURES / "verify" / "iterable_data.py"
+    report = verify(VerifyOptions(script=str(script), args=["--stream", stream], timeout=60.0))
+    result = by_name(report)["data-sharded"]
+    assert result.status == status and words in result.message, text(report)
+
+
+def test_a_sampler_of_unreadable_indices_is_judged_by_content_not_passed():
+    """Indices that are not integers (nothing to intersect) never make 'disjoint'."""
+    from dp2ddp.verify.checks import Records, check_sharded
+
+    def ranks(prints):
+        return Records(ranks={r: [{"event": "pass", "start_step": 0, "end_step": 2, "sampler": "KeySampler",
+                                   "shuffle": None, "indices": [], "samples": [[None, fp] for fp in fps]}]
+                              for r, fps in enumerate(prints)}, stacks={}, logs={})
+
+    assert check_sharded(ranks([["a", "b"], ["a", "b"]])).status == "fail"
+    assert check_sharded(ranks([["a", "b"], ["c", "d"]])).status == "pass"
+    assert check_sharded(ranks([[], []])).status == "inconclusive"
+    assert check_sharded(ranks([list("abcdefgh"), list("aijklmno")])).status == "inconclusive"
+
+
+def test_against_with_data_drawn_in_each_process_is_inconclusive_not_failed(workdir):
+    """The dataset draws torch.rand in each process: the original's run and the ranks
+    hold different samples for the same index, so the weights cannot match -- said,
+    not blamed on the conversion; seeded, the same script matches the original."""
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    script = str(FIXTURES / "verify" / "random_dataset.py")
+    unseeded = verify(VerifyOptions(script=script, against=script, timeout=60.0))
+    match = by_name(unseeded)["matches-original"]
+    assert match.status == "inconclusive", text(unseeded)
+    assert "the data is not deterministic across processes" in match.message
+    assert "not the same in rank 0 and the original's run" in match.message
+    assert "RandomPoints (defined at " in match.message and "random_dataset.py:" in match.message
+    seeded = verify(VerifyOptions(script=script, args=["--seeded"], against=script, timeout=60.0))
+    match = by_name(seeded)["matches-original"]
+    assert match.status == "pass" and match.details["max_difference"] < 1e-4, text(seeded)
+
+
+def test_data_disagreement_across_ranks_on_the_same_index():
+    from dp2ddp.verify.checks import data_disagreement
+
+    same = {"rank 0": {"samples": [[0, "a"], [1, "b"]]}, "rank 1": {"samples": [[1, "b"], [2, "c"]]}}
+    assert data_disagreement(same) is None
+    differ = {"rank 0": {"samples": [[0, "a"], [1, "b"]]},
+              "rank 1": {"samples": [[1, "x"]], "dataset": "Noise", "dataset_defined": "data.py:3"}}
+    message = data_disagreement(differ)
+    assert "sample 1 of the training set is not the same in rank 0 and rank 1" in message
+    assert "Noise (defined at data.py:3)" in message
+
+
+@pytest.mark.parametrize(
+    "start, uses, status",
+    [
+        # device 1 on LOCAL_RANK 1: right
+        ({"local_rank": 1}, [{"event": "set_device", "index": 1}], "pass"),
+        # each rank narrows CUDA_VISIBLE_DEVICES to its own GPU, then uses device 0: right
+        ({"local_rank": 1}, [{"event": "set_device", "index": 0, "visible": "1"}], "pass"),
+        # the user launched on GPUs 2,3: LOCAL_RANK 1 is GPU 3, device index 1
+        ({"local_rank": 1, "visible": "2,3"}, [{"event": "set_device", "index": 1, "visible": "2,3"}], "pass"),
+        ({"local_rank": 1, "visible": "2,3"}, [{"event": "set_device", "index": 0, "visible": "2,3"}], "fail"),
+        # no set_device, but the DDP model sits on GPU 0 on LOCAL_RANK 1
+        ({"local_rank": 1}, [{"event": "ddp", "cuda_device": 0}], "fail"),
+        ({"local_rank": 0}, [{"event": "ddp", "cuda_device": None}], "skip"),
+    ],
+)
+def test_device_check_reads_indices_through_cuda_visible_devices(start, uses, status):
+    from dp2ddp.verify.checks import Records, check_devices
+
+    records = Records(ranks={1: [{"event": "start", **start}, *uses]}, stacks={}, logs={})
+    assert check_devices(records).status == status, check_devices(records).to_dict()
+
+
+def test_set_device_index_forms():
+    import torch
+
+    from dp2ddp.verify.harness import _device_index
+
+    assert [_device_index(d) for d in (1, "cuda:1", torch.device("cuda", 1), "cuda")] == [1, 1, 1, None]
+
+
+def test_gpu_check_skips_cleanly_without_cuda(tmp_path):
+    """No GPU here: the script says so and exits 0 before installing anything."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.sh"
+    env = {**os.environ, "GPU_CHECK_VENV": str(tmp_path / "venv")}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0 and "skipped: no CUDA" in proc.stdout, proc.stdout + proc.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+def test_the_amp_fixture_verifies_on_cpu(workdir):
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    report = verify(VerifyOptions(script=str(FIXTURES / "verify" / "amp_train.py"), timeout=60.0))
+    assert report.ok, text(report)

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from dp2ddp.verify.checks import Check, Records, evaluate
+from dp2ddp.verify.checks import Check, Records, data_disagreement, evaluate, first_training_pass, read_events
 
 
 @dataclass
@@ -113,6 +113,15 @@ def default_nproc() -> int:
     return 2
 
 
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        return False
+
+
 def verify(options: VerifyOptions) -> VerifyReport:
     from dp2ddp.verify import launch
 
@@ -129,7 +138,10 @@ def verify(options: VerifyOptions) -> VerifyReport:
     started = time.time()
     launcher = options.launcher
     if launcher == "auto":
-        launcher = "torchrun" if options.nnodes > 1 or not hasattr(os, "fork") else "fork"
+        # CUDA does not survive a fork of a process that has asked it about its
+        # devices: on a GPU machine the ranks are started by torchrun (exec'd)
+        forked_ok = hasattr(os, "fork") and not _cuda_available()
+        launcher = "torchrun" if options.nnodes > 1 or not forked_ok else "fork"
     world = options.nproc_per_node * options.nnodes
     try:
         launched = launch.Launched()
@@ -154,8 +166,12 @@ def verify(options: VerifyOptions) -> VerifyReport:
                 "a short run (fewer epochs, through its arguments after `--`) and a larger --max-steps "
                 "to check it too"
             )
+        rank_passes = {f"rank {rank}": first_training_pass(events) for rank, events in sorted(records.ranks.items())}
+        across_ranks = data_disagreement(rank_passes)
+        if across_ranks:
+            notes.append(across_ranks)
         if options.against:
-            checks.append(_against(options, run_dir))
+            checks.append(_against(options, run_dir, rank_passes))
     finally:
         if not options.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -172,7 +188,7 @@ def verify(options: VerifyOptions) -> VerifyReport:
     )
 
 
-def _against(options: VerifyOptions, run_dir: str) -> Check:
+def _against(options: VerifyOptions, run_dir: str, rank_passes: Dict[str, Any]) -> Check:
     """Run the original single-process for the same samples; compare final weights."""
     from dp2ddp.verify import harness as H
 
@@ -213,6 +229,11 @@ def _against(options: VerifyOptions, run_dir: str) -> Check:
             advice="the original must run on this machine as a single process",
             log=tail,
         )
+    # the same samples? (a dataset drawn at random in each process is not: the weights cannot match)
+    original_pass = first_training_pass(read_events(os.path.join(run_dir, "original.jsonl")))
+    differ = data_disagreement({**rank_passes, "the original's run": original_pass})
+    if differ:
+        return check.inconclusive(differ + ": the final weights cannot be compared")
     distributed = os.path.join(run_dir, "params-rank0.pt")
     original = os.path.join(run_dir, "params-original.pt")
     if not (os.path.exists(distributed) and os.path.exists(original)):

@@ -55,6 +55,21 @@ class Check:
         }
 
 
+def read_events(path: str) -> List[Dict[str, Any]]:
+    """One run's record (JSON lines); [] when it is missing."""
+    events = []
+    try:
+        with open(path) as handle:
+            for line in handle:
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    pass  # a line cut short by a kill
+    except OSError:
+        pass
+    return events
+
+
 @dataclass
 class Records:
     """Every rank's events, by rank number."""
@@ -72,14 +87,7 @@ class Records:
             path = os.path.join(directory, name)
             match = re.fullmatch(r"rank(\d+)\.jsonl", name)
             if match:
-                events = []
-                with open(path) as handle:
-                    for line in handle:
-                        try:
-                            events.append(json.loads(line))
-                        except ValueError:
-                            pass  # a line cut short by a kill
-                ranks[int(match.group(1))] = events
+                ranks[int(match.group(1))] = read_events(path)
             match = re.fullmatch(r"stack-rank(\d+)\.txt", name)
             if match:
                 with open(path, errors="replace") as handle:
@@ -241,12 +249,17 @@ def check_sharded(records: Records) -> Check:
         if passes:
             first_passes[rank] = passes[0]
     if len(first_passes) < world or not first_passes:
-        return check.inconclusive("no training pass over a map-style dataset was seen on every rank")
+        return check.inconclusive(
+            "cannot be told: no training pass over a DataLoader was seen on every rank (data "
+            "that does not come from a DataLoader -- a tensor cut into batches by hand -- is not observed)"
+        )
     sample = first_passes[ranks[0]]
     location = sample.get("where")
     n = sample.get("dataset_len")
     if world == 1:
         return check.ok("a single rank: nothing to shard")
+    if sample.get("iterable"):  # no indices: what the ranks received, by content
+        return _sharded_by_content(check, first_passes, location, "an iterable dataset")
     shards = {r: p.get("shard") for r, p in first_passes.items()}
     subsets = [p.get("subset") for p in first_passes.values()]
     if all(s is not None for s in shards.values()) and all(s is not None for s in subsets):
@@ -338,6 +351,8 @@ def check_sharded(records: Records) -> Check:
             else "give the training DataLoader sampler=DistributedSampler(dataset, shuffle=...)",
         )
     drawn = [set(p["indices"]) for p in first_passes.values()]
+    if not all(drawn):  # a sampler whose indices are not integers
+        return _sharded_by_content(check, first_passes, location, f"{sample.get('sampler')}'s indices unread")
     overlap = set.intersection(*drawn) if drawn else set()
     if overlap:
         own = sample.get("sampler") if sample.get("own_batches") else None
@@ -351,6 +366,89 @@ def check_sharded(records: Records) -> Check:
     return check.ok("ranks drew disjoint samples (custom sampler; coverage not checked)")
 
 
+def _order(p: Dict[str, Any]) -> List[Any]:
+    """The order a pass's sampler produced: the indices it drew (as many as the
+    epoch's batch limit let it), else a DistributedSampler's shard, else -- an
+    iterable dataset -- the fingerprints of the samples the loop received."""
+    return list(p.get("indices") or p.get("shard") or [fp for _, fp in p.get("samples") or ()])
+
+
+#: a share of identical samples on several ranks from which the data is said to overlap
+#: (below it: duplicates in the data, or a partial overlap -- cannot be told)
+OVERLAP_SHARE = 0.25
+
+
+def _sharded_by_content(check: Check, first_passes: Dict[int, Dict[str, Any]], location, what: str) -> Check:
+    """Sharding judged by the content of the samples each rank received (their
+    fingerprints): disjoint, overlapping, or cannot be told -- never a pass for
+    what could not be seen."""
+    prints = {r: [fp for _, fp in p.get("samples") or ()] for r, p in first_passes.items()}
+    if not all(prints.values()):
+        return check.inconclusive(
+            f"cannot be told ({what}): the batches carry no sample indices and could not be compared by "
+            "content (not tensors, or their parts disagree on the batch size)"
+        )
+    seen: Dict[str, set] = {}
+    for rank, values in prints.items():
+        for fp in values:
+            seen.setdefault(fp, set()).add(rank)
+    shared = {fp for fp, owners in seen.items() if len(owners) > 1}
+    fewest = min(len(set(v)) for v in prints.values())
+    compared = ", ".join(f"rank {r}: {len(v)}" for r, v in sorted(prints.items()))
+    if not shared:
+        return check.ok(
+            f"ranks received disjoint samples ({what}; compared by content, {compared} samples; coverage not checked)"
+        )
+    if len(shared) >= OVERLAP_SHARE * fewest:
+        return check.fail(
+            f"ranks receive the same samples ({what}): {len(shared)} of the {fewest} distinct samples "
+            "a rank received (compared by content) reach another rank too",
+            location=location,
+            advice="shard the stream by rank: in the dataset's __iter__ keep every world_size-th sample "
+            "from dist.get_rank() on (and split it across workers with get_worker_info())"
+            if "iterable" in what else "use a DistributedSampler",
+        )
+    return check.inconclusive(
+        f"cannot be told ({what}): {len(shared)} identical samples reach several ranks ({compared} compared by "
+        "content): duplicates in the data, or a partial overlap"
+    )
+
+
+def first_training_pass(events: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    passes = [e for e in events if e.get("event") == "pass" and e["end_step"] > e["start_step"]]
+    return passes[0] if passes else None
+
+
+def data_disagreement(passes: Dict[str, Optional[Dict[str, Any]]]) -> Optional[str]:
+    """Whether processes hold different samples for the same index: ``passes``
+    maps a process's name ("rank 0", "the original's run") to its first training
+    pass; the fingerprints of the samples it received are compared index by index.
+    A sentence saying where they differ, or None (the same, or nothing in common)."""
+    seen: Dict[int, tuple] = {}
+    for name, record in passes.items():
+        for index, fp in (record or {}).get("samples") or ():
+            if index is None:
+                continue
+            if index not in seen:
+                seen[index] = (name, fp)
+            elif seen[index][1] != fp and seen[index][0] != name:
+                first = seen[index][0]
+                differ = sum(
+                    1 for other in passes.values() for i, f in (other or {}).get("samples") or ()
+                    if i is not None and i in seen and seen[i][1] != f
+                )
+                source = record.get("dataset") or "the dataset"
+                defined = record.get("dataset_defined")
+                return (
+                    f"the data is not deterministic across processes: sample {index} of the training set is "
+                    f"not the same in {first} and {name} ({differ} sample(s) of the same index differ); "
+                    f"{source}" + (f" (defined at {defined})" if defined else "")
+                    + " draws or builds its samples in each process (random numbers without a seed, "
+                    "a random augmentation?): seed it before building the dataset, or load the data from a file"
+                )
+    return None
+
+
 def check_set_epoch(records: Records) -> Check:
     check = Check(4, "set-epoch", "shuffling changes between epochs (set_epoch called)")
     rank = min(records.ranks) if records.ranks else None
@@ -358,30 +456,44 @@ def check_set_epoch(records: Records) -> Check:
         return check.inconclusive("no rank ran")
     passes = _training_passes(records, rank)
     if not passes:
-        return check.inconclusive("no training pass was seen")
+        return check.inconclusive("no training pass over a DataLoader was seen")
     first = passes[0]
+    passes = [p for p in passes if p.get("loader") == first.get("loader")]  # one loader's epochs
     if first.get("shuffle") is False:
         return check.ok("the training sampler does not shuffle: nothing to change between epochs")
     if len(passes) < 2:
-        return check.inconclusive("only one epoch ran within the budget: raise --max-steps or lower --epoch-batches")
-    key = "shard" if first.get("shard") is not None else "indices"
-    orders = [tuple(p.get(key) or ()) for p in passes]
-    if first.get("shuffle") is None:  # a sampler of the project's own: judged by what it drew
-        sampler = first.get("sampler") or "the sampler"
-        if all(order == orders[0] for order in orders[1:]):
+        return check.inconclusive(
+            "only one epoch of the training loader was seen"
+            + (": the step budget ended the run first -- raise --max-steps or lower --epoch-batches"
+               if (records.first(rank, "end") or {}).get("reason") == "budget" else
+               ": the script ran one epoch (give it two, through its arguments after `--`)")
+        )
+    orders = [_order(p) for p in passes]
+    common = min(len(order) for order in orders)
+    if common < 2:
+        return check.inconclusive(
+            "the order of the samples could not be read in two epochs (no indices, no tensors to fingerprint)"
+        )
+    same = all(order[:common] == orders[0][:common] for order in orders[1:])
+    what = f"the first {common} samples of {len(passes)} epochs"
+    if first.get("shuffle") is None:  # a sampler of the project's own, an iterable dataset: judged by what it drew
+        source = "the iterable dataset" if first.get("iterable") else f"{first.get('sampler') or 'the sampler'} (the project's own)"
+        if first.get("iterable"):
+            what += " (their content)"
+        if same:
             return check.ok(
-                f"{sampler} (the project's own) drew the same order in all {len(passes)} epochs: "
+                f"{source} gave the same order in {what}: "
                 "fine if it does not shuffle; if it does, it needs the epoch (a set_epoch of its own)"
             )
-        return check.ok(f"{sampler} (the project's own): {len(passes)} epochs, each in a new order")
-    if all(order == orders[0] for order in orders[1:]):
+        return check.ok(f"{source}: {len(passes)} epochs, each in a new order ({what} compared)")
+    if same:
         return check.fail(
-            f"all {len(passes)} epochs draw the samples in the same order",
+            f"all {len(passes)} epochs draw the samples in the same order ({what} compared)",
             rank=rank,
             location=first.get("where"),
             advice="call loader.sampler.set_epoch(epoch) at the top of every epoch",
         )
-    return check.ok(f"{len(passes)} epochs, each in a new order")
+    return check.ok(f"{len(passes)} epochs, each in a new order ({what} compared)")
 
 
 # 5 -------------------------------------------------------------------------
@@ -532,21 +644,48 @@ def check_no_crash(records: Records, launched) -> Check:
     return check.ok("every rank finished or stopped at the budget")
 
 
+def physical_gpu(index: Optional[int], visible: Optional[str]) -> Optional[int]:
+    """The GPU a CUDA device index names when CUDA_VISIBLE_DEVICES was ``visible``
+    (a list of numbers: index 0 is its first entry); the index itself otherwise
+    (unset, or UUIDs: not comparable across ranks)."""
+    if index is None or not visible:
+        return index
+    entries = [v.strip() for v in visible.split(",") if v.strip()]
+    if not all(v.isdigit() for v in entries) or index >= len(entries):
+        return index
+    return int(entries[index])
+
+
 def check_devices(records: Records) -> Check:
+    """Each rank computes on the GPU of its LOCAL_RANK: the index given to
+    ``torch.cuda.set_device`` and the device of the DDP-wrapped model, both read
+    through CUDA_VISIBLE_DEVICES (a script that narrows it to its own GPU per rank
+    and then uses device 0 is right), compared with the GPU LOCAL_RANK names under
+    the launch's CUDA_VISIBLE_DEVICES."""
     check = Check(9, "local-device", "each rank uses the GPU of its LOCAL_RANK")
     calls = 0
     for rank in sorted(records.ranks):
         start = records.first(rank, "start") or {}
-        for event in records.events(rank, "set_device"):
+        local_rank = start.get("local_rank")
+        expected = physical_gpu(local_rank, start.get("visible"))
+        uses = [("set_device", e, e.get("index")) for e in records.events(rank, "set_device")]
+        uses += [("the DDP-wrapped model", e, e.get("cuda_device")) for e in records.events(rank, "ddp")
+                 if e.get("cuda_device") is not None]
+        for what, event, index in uses:
+            if index is None:
+                continue
             calls += 1
-            if event["index"] != start.get("local_rank"):
+            gpu = physical_gpu(index, event.get("visible"))
+            if gpu != expected:
                 return check.fail(
-                    f"rank {rank} picked GPU {event['index']} but its LOCAL_RANK is {start.get('local_rank')}"
-                    + (" (the global rank used as a device index?)" if event["index"] == rank else ""),
+                    f"rank {rank}: {what} is on GPU {index}"
+                    + (f" (GPU {gpu} of the machine)" if gpu != index else "")
+                    + f" but its LOCAL_RANK is {local_rank}"
+                    + (" (the global rank used as a device index?)" if index == rank and rank != local_rank else ""),
                     rank=rank,
                     location=event.get("where"),
                     advice="use LOCAL_RANK for devices, RANK only for 'am I the main process'",
                 )
     if not calls:
-        return check.skip("no torch.cuda.set_device call (CPU run)")
-    return check.ok("every set_device call used LOCAL_RANK")
+        return check.skip("no CUDA device chosen (CPU run)")
+    return check.ok("every set_device call and DDP model used the GPU of LOCAL_RANK")

@@ -26,6 +26,7 @@ dumps every thread's Python stack to ``<dir>/stack<R>.txt`` (faulthandler).
 from __future__ import annotations
 
 import builtins
+import collections
 import faulthandler
 import io
 import json
@@ -65,9 +66,17 @@ class Recorder:
         self.handle = self._open(self.path, "a", buffering=1)
         self.heartbeat_path = os.path.join(directory, f"{name}.alive")
         self._last_beat = 0.0
+        #: the rank's own process: a DataLoader worker (forked from it, with these
+        #: hooks) or a child the script forks is not the rank, and records nothing
+        self.pid = os.getpid()
         self.beat(force=True)
 
+    def in_rank_process(self) -> bool:
+        return os.getpid() == self.pid
+
     def event(self, kind: str, **data: Any) -> None:
+        if not self.in_rank_process():
+            return
         data["event"] = kind
         data["t"] = time.time()
         try:
@@ -76,6 +85,8 @@ class Recorder:
             pass
 
     def beat(self, force: bool = False) -> None:
+        if not self.in_rank_process():
+            return
         now = time.time()
         if force or now - self._last_beat > 0.2:
             self._last_beat = now
@@ -186,6 +197,7 @@ class Harness:
             pid=os.getpid(),
             rank=self.rank,
             local_rank=self.local_rank,
+            visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
             world_size=int(os.environ.get("WORLD_SIZE", "1")),
             group_rank=os.environ.get("GROUP_RANK"),
             script=self.script,
@@ -194,6 +206,8 @@ class Harness:
         import torch
 
         if os.environ.get(ENV_DETERMINISTIC) == "1":
+            # cuBLAS is deterministic only with a fixed workspace, set before CUDA starts
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True, warn_only=True)
             torch.backends.cudnn.deterministic = True
             torch.backends.cudnn.benchmark = False
@@ -254,10 +268,14 @@ class Harness:
             original(self, module, *args, **kwargs)
             ids = {id(p) for p in module.parameters()}
             harness.ddp_params |= ids
+            # the GPU the wrapped model lives on (DDP itself requires one device)
+            devices = {p.device.index for p in module.parameters() if p.device.type == "cuda"}
             harness.rec.event(
                 "ddp",
                 params=len(ids),
                 module=type(module).__name__,
+                cuda_device=min(devices) if len(devices) == 1 else None,
+                visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
                 where=_user_location(harness.script_dir),
             )
 
@@ -306,6 +324,14 @@ class Harness:
         optimizer = self.last_optimizer
         if optimizer is None:
             return
+        import torch
+
+        if os.environ.get(ENV_DETERMINISTIC) == "1" and torch.backends.cudnn.benchmark and torch.cuda.is_available():
+            self.rec.event(
+                "note",
+                text="the script turns torch.backends.cudnn.benchmark on: cuDNN picks its algorithms by timing, "
+                "so --against's weights may differ by that choice (turn it off to compare)",
+            )
         self.rec.event("last_step", steps=self.steps, reason=reason, checksum=self._checksum(optimizer))
         if self.rank in (None, 0):
             import torch
@@ -314,12 +340,19 @@ class Harness:
             _REAL_SAVE(params, os.path.join(self.directory, f"params-{self.name}.pt"))
 
     def _patch_loader(self, torch) -> None:
+        """The sampler's indices are drawn in the rank's process whatever the number
+        of workers (``_next_index``: ahead of the training loop when workers prefetch);
+        the batches come back, in order, from the DataLoader iterator's ``__next__``.
+        A pass is the sampler's draw (``_RecordingIter``) and the loop's consumption
+        of it: it is recorded when the consumption ends (the iterator is exhausted,
+        reset for the next epoch, replaced by a new one, or the script stops)."""
         from torch.utils.data import dataloader as dl
 
         harness = self
         base = dl._BaseDataLoaderIter
         original_init = base.__init__
         original_reset = base._reset
+        original_next = base.__next__
         original_loader_init = dl.DataLoader.__init__
 
         def loader_init(self, *args, **kwargs):
@@ -331,12 +364,28 @@ class Harness:
             self._sampler_iter = _RecordingIter(harness, loader, self._sampler_iter)
 
         def reset(self, loader, first_iter=False):
+            previous = getattr(self, "_sampler_iter", None)
+            if isinstance(previous, _RecordingIter):
+                previous.close()  # (persistent workers: the next epoch reuses this iterator)
             original_reset(self, loader, first_iter)
             self._sampler_iter = _RecordingIter(harness, loader, self._sampler_iter)
+
+        def next_(self):
+            recording = self._sampler_iter if isinstance(self._sampler_iter, _RecordingIter) else None
+            try:
+                batch = original_next(self)
+            except StopIteration:
+                if recording is not None:
+                    recording.close()
+                raise
+            if recording is not None and harness.rec.in_rank_process():
+                recording.consumed(batch)
+            return batch
 
         dl.DataLoader.__init__ = loader_init
         base.__init__ = init
         base._reset = reset
+        base.__next__ = next_
 
     def _patch_writes(self, torch) -> None:
         harness = self
@@ -394,8 +443,12 @@ class Harness:
         harness = self
 
         def set_device(device):
-            index = device.index if hasattr(device, "index") else device
-            harness.rec.event("set_device", index=index, where=_user_location(harness.script_dir))
+            harness.rec.event(
+                "set_device",
+                index=_device_index(device),
+                visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+                where=_user_location(harness.script_dir),
+            )
             return original(device)
 
         torch.cuda.set_device = set_device
@@ -442,15 +495,26 @@ class Harness:
 class _RecordingIter:
     """Wraps a DataLoader iterator's index iterator: records the pass, stops it
     after the per-epoch batch limit.  Nothing is drawn before the loader asks
-    (a RandomSampler's seed comes from the global RNG: draw order is kept)."""
+    (a RandomSampler's seed comes from the global RNG: draw order is kept).
+
+    The draw (``__next__``, in the rank's process, ahead of the loop when workers
+    prefetch) and the consumption (``consumed``, each batch the loop receives) are
+    counted apart: a pass trains when optimizer steps are taken while its batches
+    are consumed, whoever fetched them."""
 
     def __init__(self, harness: Harness, loader, inner) -> None:
         self.harness = harness
         self.loader = loader
         self.inner = inner
         self.started = False
-        self.batches = 0
+        self.batches = 0  # drawn by the sampler
+        self.consumed_batches = 0  # received by the training loop
         self.indices: List[int] = []
+        #: index batches drawn, not yet received (in order: the k-th batch out is the k-th drawn)
+        self.pending: collections.deque = collections.deque()
+        #: [index (None: an iterable dataset), fingerprint of the sample's content]
+        self.samples: List[List[Any]] = []
+        self.first_consumed_step: Optional[int] = None
         self.closed = False
 
     def __iter__(self):
@@ -465,6 +529,7 @@ class _RecordingIter:
         harness.passes[key] = harness.passes.get(key, -1) + 1
         self.number = harness.passes[key]
         self.start_step = harness.steps
+        from torch.utils.data import IterableDataset
         from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
         sampler = getattr(self.loader, "sampler", None)
@@ -483,6 +548,12 @@ class _RecordingIter:
         elif own_batches:
             sampler = batches
         info: Dict[str, Any] = {"sampler": type(sampler).__name__ if sampler is not None else None}
+        info["iterable"] = isinstance(self.loader.dataset, IterableDataset)
+        info["num_workers"] = getattr(self.loader, "num_workers", 0)
+        info["dataset"] = type(self.loader.dataset).__name__
+        info["dataset_defined"] = _defined_at(type(self.loader.dataset), harness.script_dir)
+        #: the k-th batch out is the k-th drawn (an unordered loader: not so)
+        self.fingerprinting = self.number < _FINGERPRINT_PASSES and getattr(self.loader, "in_order", True)
         if via_batch_sampler:
             info["batch_sampler"] = type(batches).__name__
         if own_batches:
@@ -546,44 +617,158 @@ class _RecordingIter:
         harness = self.harness
         harness.rec.beat()
         if harness.epoch_batches and self.batches >= harness.epoch_batches:
-            self.close()
             raise StopIteration
         if self.replay is not None:  # the distributed run's samples, not the sampler's draw
             if self.batches >= len(self.replay):
-                self.close()
                 raise StopIteration
             batch = self.replay[self.batches]
         else:
-            try:
-                batch = next(self.inner)
-            except StopIteration:
-                self.close()
-                raise
+            batch = next(self.inner)
         self.batches += 1
         if isinstance(batch, (list, tuple)):
             self.indices.extend(int(i) for i in batch if isinstance(i, int) or hasattr(i, "__index__"))
         elif hasattr(batch, "__index__"):
             self.indices.append(int(batch))
+        if self.fingerprinting:
+            self.pending.append(batch)
         return batch
 
+    def consumed(self, batch) -> None:
+        """The training loop received ``batch`` (the next one drawn)."""
+        harness = self.harness
+        if not self.started:
+            return
+        if self.first_consumed_step is None:
+            self.first_consumed_step = harness.steps
+            for other in list(harness.open_passes):  # a new pass of this loader: the old one is over
+                if other is not self and other.loader is self.loader and other.consumed_batches:
+                    other.close()
+        self.consumed_batches += 1
+        drawn = self.pending.popleft() if self.pending else None
+        if not self.fingerprinting or len(self.samples) >= _FINGERPRINT_SAMPLES:
+            return
+        if self.info.get("iterable"):
+            prints = _sample_fingerprints(batch, None)
+            indices: List[Any] = [None] * len(prints or ())
+        elif isinstance(drawn, (list, tuple)):
+            prints = _sample_fingerprints(batch, len(drawn))
+            indices = [int(i) if hasattr(i, "__index__") else None for i in drawn]
+        else:  # batch_size=None: one sample a batch
+            prints = _sample_fingerprints(batch, 0)
+            indices = [int(drawn) if hasattr(drawn, "__index__") else None]
+        if prints is None:
+            self.info["unprintable"] = True
+            self.fingerprinting = False
+            return
+        self.samples.extend([i, p] for i, p in zip(indices, prints))
+
     def close(self) -> None:
+        """The loop is done with this pass: record it."""
         if self.closed or not self.started:
             return
         self.closed = True
         harness = self.harness
         if self in harness.open_passes:
             harness.open_passes.remove(self)
+        start = self.first_consumed_step if self.first_consumed_step is not None else harness.steps
         harness.rec.event(
             "pass",
             loader=id(self.loader),
             where=harness.loader_sites.get(id(self.loader)),
             number=self.number,
-            start_step=self.start_step,
+            start_step=start,
             end_step=harness.steps,
-            batches=self.batches,
+            batches=self.consumed_batches,
+            drawn_batches=self.batches,
             indices=self.indices,
+            samples=self.samples[:_FINGERPRINT_SAMPLES],
             **self.info,
         )
+
+
+#: the content of the samples of a loader's first passes is fingerprinted (up to
+#: this many a pass): the sharding of an iterable dataset, and whether two
+#: processes hold the same sample for an index (``--against``), are judged by it
+_FINGERPRINT_PASSES = 2
+_FINGERPRINT_SAMPLES = 512
+
+
+def _sample_fingerprints(batch, count: Optional[int]) -> Optional[List[str]]:
+    """One short hash per sample of a collated batch: ``count`` samples (the
+    leading dimension of every tensor in it; None: whatever that dimension is),
+    0 for a batch that is one sample.  None when the batch holds something else
+    than tensors, numbers and strings, or its parts disagree on the batch size."""
+    import hashlib
+
+    import torch
+
+    leaves: List[Any] = []
+
+    def walk(node) -> bool:
+        if isinstance(node, torch.Tensor):
+            leaves.append(node)
+            return True
+        if isinstance(node, (int, float, str, bytes, bool)):
+            leaves.append(node)
+            return True
+        if isinstance(node, dict):
+            return all(walk(node[k]) for k in sorted(node, key=str))
+        if isinstance(node, (list, tuple)):
+            return all(walk(item) for item in node)
+        return False
+
+    if not walk(batch) or not leaves:
+        return None
+    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+    if count is None:
+        if not tensors or tensors[0].dim() == 0:
+            return None
+        count = tensors[0].shape[0]
+    if count == 0:  # the batch is one sample
+        rows: List[List[Any]] = [leaves]
+    else:
+        if any(t.dim() == 0 or t.shape[0] != count for t in tensors) or len(tensors) != len(leaves):
+            return None
+        rows = [[t[i] for t in tensors] for i in range(count)]
+    prints = []
+    for row in rows:
+        digest = hashlib.blake2b(digest_size=8)
+        for part in row:
+            if isinstance(part, torch.Tensor):
+                data = part.detach().cpu().contiguous()
+                digest.update(f"{data.dtype}{tuple(data.shape)}".encode())
+                digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+            else:
+                digest.update(repr(part).encode())
+        prints.append(digest.hexdigest())
+    return prints
+
+
+def _device_index(device) -> Optional[int]:
+    """The index ``torch.cuda.set_device`` was given: 1, "cuda:1", torch.device("cuda", 1);
+    None for a device without one ("cuda": the current device, unchanged)."""
+    if isinstance(device, int):
+        return device
+    import torch
+
+    try:
+        return torch.device(device).index
+    except (TypeError, RuntimeError, ValueError):
+        return None
+
+
+def _defined_at(cls, script_dir: str) -> Optional[str]:
+    """file:line of a class of the user's code (a dataset), None for torch's own."""
+    import inspect
+
+    try:
+        filename = inspect.getsourcefile(cls)
+        line = inspect.getsourcelines(cls)[1]
+    except (TypeError, OSError):
+        return None
+    if not filename or not _is_user_file(filename, script_dir):
+        return None
+    return f"{display(filename)}:{line}"
 
 
 _REAL_SAVE = None
