@@ -17,6 +17,10 @@ A split made by hand -- ``indices = torch.randperm(len(dataset))`` for a ``Subse
 or a ``SubsetRandomSampler`` -- gets the same generator; one drawn with numpy or
 ``random`` is reported.
 
+A hyper-parameter drawn from Python's or NumPy's random state while the run is
+set up (``lr = random.random() * 5e-4`` in ``main``) differs per process: reported
+(DDP108), the author decides whether to share it.
+
 A script that seeds torch alike on every process before (``torch.manual_seed(0)``,
 ``seed_everything(seed)``) is left as it is; one that seeds by rank is not.
 """
@@ -31,13 +35,14 @@ from . import _analysis as A
 from . import _patterns as P
 from ._base import FileRole, Transform
 from ._bridge import cst_position
+from .rules.hyperparameters_drawn_per_rank import HyperparametersDrawnPerRank, drawn_per_rank
 
 
 class RandomSplit(Transform):
     CODE = "DDP107"
     NAME = "random-split"
     DESCRIPTION = "Give random_split a seeded generator: the same split on every process."
-    TRIGGERS = ("random_split", "Subset")
+    TRIGGERS = ("random_split", "Subset", "random")
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:
@@ -49,7 +54,14 @@ class RandomSplit(Transform):
             cst_position(lines, c) for c in A.unseeded_random_splits(self.ast_source, with_kwargs=True)
         }
         self._draws: Set[tuple] = {cst_position(lines, c) for c in A.unseeded_index_splits(self.ast_source)}
-        return bool(self._lines or self._draws)
+        # hyper-parameters drawn per process (lint's DDP108 decision): reported, not changed
+        self._per_rank = {cst_position(lines, c): message for c, message in drawn_per_rank(self.ast_source)}
+        return bool(self._lines or self._draws or self._per_rank)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        message = self._per_rank.get(self.position(node))
+        if message is not None:
+            self.manual(node, message, code=HyperparametersDrawnPerRank.CODE)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.position(original_node) in self._draws and self.qnames(original_node.func) & A.INDEX_DRAWS.keys():

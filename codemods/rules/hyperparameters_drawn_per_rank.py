@@ -1,0 +1,161 @@
+"""DDP108 hyperparameters-drawn-per-rank."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator, List, Optional, Set, Tuple
+
+from .. import _names as N
+from .._analysis import Source, dotted, last_name, uses_distributed
+from ._base import Diagnostic, Rule
+
+#: draws from a process's own global random state (Python's, NumPy's)
+DRAWS = frozenset(
+    {
+        "random.random", "random.uniform", "random.choice", "random.randint", "random.randrange",
+        "random.gauss", "random.sample", "random.betavariate", "random.lognormvariate",
+        "numpy.random.rand", "numpy.random.random", "numpy.random.uniform", "numpy.random.choice",
+        "numpy.random.randint", "numpy.random.normal", "numpy.random.randn",
+    }
+)
+#: what seeds that state alike on every process (when its arguments do not name the rank)
+SEEDS = frozenset({"random.seed", "numpy.random.seed"})
+_RANK_WORDS = ("rank", "local_rank", "gpu")
+
+
+class HyperparametersDrawnPerRank(Rule):
+    """
+    ## What it does
+    In DDP code, reports a value drawn from Python's or NumPy's global random
+    state (`random.random()`, `random.choice([2, 3])`, `np.random.uniform(...)`)
+    in the code that sets the run up -- at module level or in a function that the
+    module level or the `__main__` block calls (`main(config)`), outside any loop
+    and any class -- when the program does not seed that state alike on every
+    process first (`random.seed(0)`, `seed_everything(seed)`; a seed that names
+    the rank differs per process). A draw whose target names a seed is left
+    alone (DDP broadcasts the initial weights anyway).
+
+    ## Why is this bad?
+    Each DDP process has its own random state, so each draws its own value. A
+    learning rate drawn so differs between the ranks, and the copies of the
+    model drift apart although DDP averages their gradients; a number of epochs
+    or steps drawn so makes one rank stop early while the others wait in the
+    next all-reduce for ever; a file name built from the values differs, and a
+    rank loads a checkpoint that another rank saved under its own name.
+
+    ## Example
+    ```python
+    lr = random.random() * 5e-4
+    epochs = random.choice([100, 150])
+    ```
+
+    ## Use instead
+    ```python
+    drawn = [random.random() * 5e-4, random.choice([100, 150])]
+    dist.broadcast_object_list(drawn, src=0)  # the main process's draw, on every rank
+    lr, epochs = drawn
+    ```
+
+    ## Fix safety
+    No automatic fix: whether the value should be the same on every rank (a
+    hyper-parameter) or may differ (an augmentation) is the author's call.
+    """
+
+    CODE = "DDP108"
+    NAME = "hyperparameters-drawn-per-rank"
+    SEVERITY = "error"
+    MESSAGE = (
+        "{draw}() draws from this process's own random state while the run is set up: every rank "
+        "gets its own {target} (a different number of epochs hangs the others, a different learning "
+        "rate makes the copies diverge); draw it on the main process and share it "
+        "(dist.broadcast_object_list), or seed {module} alike on every rank before it"
+    )
+    TRIGGERS = (("random", "istributed"),)
+
+    def check(self, src: Source) -> Iterator[Diagnostic]:
+        if not uses_distributed(src):
+            return
+        for call, message in drawn_per_rank(src):
+            yield self.diagnostic(src, call, message)
+
+
+def drawn_per_rank(src: Source) -> List[Tuple[ast.Call, str]]:
+    """(draw, message) of every value drawn per process while the run is set up
+    (``setup_draws``) from a random state the program does not seed alike: one
+    decision for lint and for convert's random-split transform, which reports them."""
+    seeded = _seeded(src)
+    found = []
+    for stmt, call in setup_draws(src):
+        draw = src.qualname(call.func)
+        module = draw.rsplit(".", 1)[0]
+        if module in seeded:
+            continue
+        target = ", ".join(dotted(t) or "value" for t in stmt.targets)
+        message = HyperparametersDrawnPerRank.MESSAGE.format(
+            draw=draw.replace("numpy.", "np."), target=target, module=module.replace("numpy", "np")
+        )
+        found.append((call, message))
+    return found
+
+
+def setup_draws(src: Source) -> List[tuple]:
+    """(assignment, draw) of the values drawn from a global random state in the
+    code that sets the run up: module level, or a top-level function called from
+    the module level / the ``__main__`` block; not in a loop, a comprehension or a
+    class; not a seed."""
+    entry_functions = _entry_functions(src)
+    found = []
+    for stmt in src.of_type(ast.Assign):
+        if any("seed" in (dotted(t) or "").lower() for t in stmt.targets):
+            continue
+        call = next((c for c in ast.walk(stmt.value) if isinstance(c, ast.Call) and src.qualname(c.func) in DRAWS), None)
+        if call is None:
+            continue
+        scope = _setup_scope(src, stmt)
+        if scope is None or scope != "module" and scope not in entry_functions:
+            continue
+        found.append((stmt, call))
+    return found
+
+
+def _setup_scope(src: Source, node: ast.AST) -> Optional[object]:
+    """"module", the top-level function holding ``node``, or None (in a loop, a
+    comprehension, a class, a nested function)."""
+    function = None
+    for anc in src.ancestors(node):
+        if isinstance(anc, (ast.For, ast.AsyncFor, ast.While, ast.ClassDef, ast.Lambda, ast.comprehension)):
+            return None
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if function is not None:
+                return None
+            function = anc
+    if function is None:
+        return "module"
+    return function.name if function in src.tree.body else None
+
+
+def _entry_functions(src: Source) -> Set[str]:
+    """Top-level functions called from the module level or the ``__main__`` block."""
+    names = set()
+    for call in src.calls:
+        if isinstance(call.func, ast.Name) and not any(
+            isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.Lambda))
+            for a in src.ancestors(call)
+        ):
+            names.add(call.func.id)
+    return names
+
+
+def _seeded(src: Source) -> Set[str]:
+    """The random modules ("random", "numpy.random") the file seeds alike on every
+    process (a seed helper seeds them all)."""
+    seeded: Set[str] = set()
+    for call in src.calls:
+        if any(w in (dotted(n) or "").lower() for a in call.args for n in ast.walk(a) for w in _RANK_WORDS):
+            continue
+        name = src.qualname(call.func)
+        if name in SEEDS:
+            seeded.add(name.rsplit(".", 1)[0])
+        elif last_name(call.func) in N.SEED_HELPERS:
+            seeded |= {"random", "numpy.random"}
+    return seeded
