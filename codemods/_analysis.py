@@ -2173,3 +2173,95 @@ def _device_use(call: ast.Call, name: Optional[str]) -> bool:
             if used and (name is None or used == name):
                 return True
     return False
+
+
+def discarded_outputs(src: Source, model: str) -> List[ast.Call]:
+    """Calls of ``model`` (its forward) in a training step -- a scope that calls
+    ``backward()`` -- that drop outputs which only some of its layers compute:
+    ``validity, _ = d(x)`` where ``forward`` returns ``self.adv(h), self.aux(h)``.
+    The layers behind a dropped output get no gradient in that step, and DDP needs
+    ``find_unused_parameters=True`` (the next step stops with "Expected to have
+    finished reduction" otherwise).  A dropped output that the kept ones share
+    layers with (an RNN's hidden state) is no such case, nor a model whose class is
+    not in this file (cannot tell).  One decision for convert's wraps and DDP204."""
+    if not model or f"{model}(" not in src.text:
+        return []
+    heads = _output_layers(src, model)
+    if not heads:
+        return []
+    found = []
+    for call in src.calls:
+        if dotted(call.func) != model:
+            continue
+        scope = src.function_of(call) or src.tree
+        if not calls_method(scope, "backward"):
+            continue
+        parent = src.parent(call)
+        kept: List[int] = []
+        if isinstance(parent, ast.Subscript) and parent.value is call:
+            index = parent.slice
+            if not (isinstance(index, ast.Constant) and isinstance(index.value, int)):
+                continue
+            kept = [index.value]
+        elif isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Tuple):
+            elements = parent.targets[0].elts
+            if any(isinstance(e, ast.Starred) for e in elements) or len(elements) != len(heads):
+                continue
+            read_later = {
+                n.id for n in ast.walk(scope)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and getattr(n, "lineno", 0) >= parent.lineno
+            }
+            kept = [
+                i for i, e in enumerate(elements)
+                if isinstance(e, ast.Name) and not e.id.startswith("_") and e.id in read_later
+            ]
+        else:
+            continue
+        if any(0 <= i < len(heads) for i in kept):
+            used = set().union(*(heads[i] for i in kept if 0 <= i < len(heads)))
+            dropped = set().union(*(heads[i] for i in range(len(heads)) if i not in kept))
+            if dropped - used:
+                found.append(call)
+    return found
+
+
+def _output_layers(src: Source, model: str) -> List[Set[str]]:
+    """For a model built from a class of this file whose ``forward`` returns a
+    tuple: the layers (``self.<attr>`` calls) each element of it depends on,
+    through the names ``forward`` assigns.  [] when that cannot be told."""
+    classes = {c.name: c for c in src.of_type(ast.ClassDef)}
+    cls = None
+    for value in bound_values(src, model):
+        while isinstance(value, ast.Call) and (
+            isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda")
+            or src.qualname(value.func) in N.DATA_PARALLEL | N.DDP
+        ):
+            value = value.func.value if isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda") else (value.args[0] if value.args else None)
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in classes:
+            cls = classes[value.func.id]
+    forward = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
+    if forward is None:
+        return []
+    returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)]
+    if len(returns) != 1:
+        return []
+    assigned: Dict[str, List[ast.AST]] = {}
+    for node in ast.walk(forward):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        assigned.setdefault(name.id, []).append(node.value)
+
+    def layers(expr: ast.AST, seen: Set[str]) -> Set[str]:
+        found = set()
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and dotted(node.func.value) == "self":
+                found.add(node.func.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in seen:
+                seen.add(node.id)
+                for value in assigned.get(node.id, []):
+                    found |= layers(value, seen)
+        return found
+
+    return [layers(e, set()) for e in returns[0].value.elts]

@@ -189,6 +189,8 @@ HARMLESS_METHODS = frozenset(
      "get_world_size", "get_rank", "memory_allocated", "max_memory_allocated",
      "getcwd", "join", "exists", "basename", "dirname", "count", "abspath", "realpath",
      "relpath", "isfile", "isdir", "getsize", "splitext", "dumps",
+     # (a configuration turned into plain data to be written: json.dumps(cfg.to_dict()))
+     "to_dict", "as_dict", "asdict", "to_json", "to_yaml", "isoformat", "hexdigest",
      "exp", "log", "log2", "log10", "sqrt", "floor", "ceil", "isnan", "isinf", "isfinite",
      # (a model's own tensors, listed: sum(p.numel() for p in model.parameters()))
      "parameters", "named_parameters", "buffers", "named_buffers"}

@@ -262,11 +262,34 @@ class DataParallelToDDP(Transform):
         for extra in keep:
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             args.append(extra.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+        dropped = self._dropped_outputs(original)
+        if dropped is not None and not any(a.keyword and a.keyword.value == "find_unused_parameters" for a in args):
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args.append(cst.Arg(keyword=cst.Name("find_unused_parameters"), value=cst.Name("True"),
+                                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+            self.note(
+                original,
+                f"find_unused_parameters=True: a training step drops some of the model's outputs (line {dropped}), "
+                "so the layers behind them get no gradient there -- DataParallel did not mind, DDP would stop at "
+                "the next step (\"Expected to have finished reduction\")",
+            )
         self._converted.add(original)
         self.changed(original, "DataParallel -> DistributedDataParallel on this process's device")
         self._report_changes_after_wrap(original)
         self._report_forward_past_the_wrapper(original)
         return _with_comments(template.with_changes(args=args), updated, kinds)
+
+    def _dropped_outputs(self, call: cst.Call):
+        """The line of a training step that drops some outputs of the model this
+        wrap is assigned to (``A.discarded_outputs``), or None."""
+        stmt = self.statement_of(call)
+        if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(stmt.body[0], cst.Assign):
+            return None
+        for target in stmt.body[0].targets:
+            dropped = A.discarded_outputs(self.ast_source, P.dotted_name(target.target))
+            if dropped:
+                return dropped[0].lineno
+        return None
 
     def _unwraps_itself(self, wraps) -> bool:
         """The script takes the bare model where it may be wrapped

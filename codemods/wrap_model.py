@@ -162,9 +162,19 @@ class WrapModel(Transform):
         module_code = model if moved else f"{model}.to({device})"
         ddp = self.object_alias("torch.nn.parallel", "DistributedDataParallel", N.DDP)
         module_code = self.module.code_for_node(self.ddp_module(cst.parse_expression(module_code), node))
+        unused = ""
+        dropped = A.discarded_outputs(self.ast_source, model)
+        if dropped:
+            unused = ", find_unused_parameters=True"
+            self.note(
+                node,
+                f"{model} gets find_unused_parameters=True: a training step drops some of its outputs "
+                f"(line {dropped[0].lineno}), so the layers behind them get no gradient there, and DDP "
+                "would stop at the next step (\"Expected to have finished reduction\")",
+            )
         wrap = cst.parse_statement(
             f"{model} = {ddp}({module_code}, device_ids=[{local_rank}] if "
-            f"{self.torch()}.cuda.is_available() else None)"
+            f"{self.torch()}.cuda.is_available() else None{unused})"
         )
         unwrap = []
         line = self.position(node)[0]

@@ -5,14 +5,18 @@ from __future__ import annotations
 from typing import Iterator
 
 from .. import _names as N
-from .._analysis import Source, is_true, keyword
+import ast
+
+from .._analysis import Source, discarded_outputs, dotted, is_true, keyword
 from ._base import Diagnostic, Rule
 
 
 class FindUnusedParameters(Rule):
     """
     ## What it does
-    Reports `DistributedDataParallel(..., find_unused_parameters=True)`.
+    Reports `DistributedDataParallel(..., find_unused_parameters=True)` -- unless
+    a training step drops some of the wrapped model's outputs (`validity, _ =
+    d(x)` before a `backward()`): the layers behind them are unused there.
 
     ## Why is this bad?
     With it DDP walks the autograd graph after every forward to find the
@@ -46,5 +50,13 @@ class FindUnusedParameters(Rule):
         for call in src.calls:
             if src.qualname(call.func) in N.DDP:
                 value = keyword(call, "find_unused_parameters")
-                if is_true(value):
+                if is_true(value) and not self._needed(src, call):
                     yield self.diagnostic(src, value)
+
+    @staticmethod
+    def _needed(src: Source, call) -> bool:
+        """The wrapped model drops some of its outputs in a training step
+        (``discarded_outputs``): its unused parameters are real."""
+        parent = src.parent(call)
+        targets = parent.targets if isinstance(parent, ast.Assign) else []
+        return any(discarded_outputs(src, dotted(t)) for t in targets)
