@@ -192,11 +192,11 @@ class DataParallelToDDP(Transform):
             )
             return updated
         if not self.role.in_program:
-            self.manual(
+            # (evaluate.py, predict.py: one process, as before -- DataParallel still works there)
+            self.note(
                 original,
-                "DataParallel outside the training program (this file does not train and no "
-                "training entry point imports it): DDP would need a process group here; for "
-                "inference use the bare model on one device, or convert by hand",
+                "DataParallel left as is: this file does not train and no training entry point "
+                "imports it, so it runs as one process, as before (an evaluation or export script)",
             )
             return updated
         too_early = self.before_process_group(original)
