@@ -475,10 +475,15 @@ def _uses_global(function: cst.FunctionDef, name: str) -> bool:
 
 
 def _needs_the_module(function: cst.FunctionDef, name: str) -> bool:
-    """``function`` reaches an attribute of ``name`` that DDP does not forward."""
+    """``function`` reaches an attribute of ``name`` that DDP does not forward, or
+    pickles it whole (``torch.save(decoder, path)``: the wrapper would not load
+    without a process group)."""
     return any(
         m.matches(a.value, m.Name(name)) and a.attr.value not in DDP_API
         for a in P.find(function, cst.Attribute)
+    ) or any(
+        P.dotted_name(c.func) in ("torch.save", "save") and c.args and m.matches(c.args[0].value, m.Name(name))
+        for c in P.find(function, cst.Call)
     )
 
 

@@ -71,6 +71,10 @@ def {name}(global_batch_size):
 #: functions that evaluate (``evaluate``, ``validate``, ``test_epoch``, ``run_eval``)
 _EVAL_FUNCTION = re.compile(r"(?i)(^|_)(val|valid|validate|validation|eval|evaluate|evaluation|test)(_|$)")
 
+#: a name or attribute that holds a batch size (``batch_size``, ``args.batchSize``, ``bs``)
+_GLOBAL_BATCH = re.compile(r"(?i)^(batch_?size|bs|batch)$")
+
+
 class DistributedSamplerTransform(Transform):
     CODE = "DDP101"
     NAME = "distributed-sampler"
@@ -553,11 +557,29 @@ class DistributedSamplerTransform(Transform):
             if not any(
                 isinstance(c, ast.Call) and re.search(r"(?i)cross_entropy|nll_loss|loss", A.last_name(c.func))
                 for c in ast.walk(func)
-            ):
-                return
+            ) and not re.search(r"(?i)loss|nce|contrast", getattr(func, "name", "")):
+                return  # (nor is it a loss itself: SimCLR's info_nce_loss(features) returns the logits)
         self._contrast_noted = True
         stmt = self.statement_at(node.lineno)
         line_node = stmt if stmt is not None else self.module
+        batch = next(
+            (
+                A.dotted(n) for a in node.args for n in ast.walk(a)
+                if isinstance(n, (ast.Name, ast.Attribute)) and _GLOBAL_BATCH.search(A.last_name(n) or "")
+            ),
+            None,
+        )
+        if needs_a_loss and batch:
+            # (SimCLR: torch.arange(self.args.batch_size) against a half batch -- a shape mismatch)
+            self.manual(
+                line_node,
+                f"these in-batch labels are built from {batch}, the global batch size, but the program's "
+                f"training loader now gives each process per_rank_batch_size({batch}) samples: build them "
+                "from the batch's own size (e.g. features.shape[0] // n_views), and gather the embeddings "
+                "of all processes (torch.distributed.nn.functional.all_gather) to keep as many negatives",
+                code="DDP103",
+            )
+            return
         self.note(
             line_node,
             "this loss compares the samples of a batch with each other (a similarity matrix "

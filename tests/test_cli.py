@@ -453,3 +453,57 @@ if __name__ == "__main__":
     spots = [f for f in entry.findings if f.kind == "manual" and f.code == "DDP303"]
     assert spots and "compute_loss()" in spots[0].message and "model.criterion" in spots[0].message
     assert b"compute_loss(model, x, y)" in entry.output
+
+
+def test_in_batch_labels_from_the_global_batch_size_in_another_module_are_reported():
+    """SimCLR's shape: the loader (sharded) is built in train.py, the InfoNCE loss of
+    another module builds its labels from ``args.batch_size`` -- a shape mismatch
+    against each process's share of the batch once converted: a spot there."""
+    from dp2ddp.engine import convert_sources
+
+    loss = b"""import torch
+import torch.nn.functional as F
+
+
+class Contrast:
+    def __init__(self, args):
+        self.args = args
+
+    def info_nce_loss(self, features):
+        labels = torch.cat([torch.arange(self.args.batch_size) for _ in range(2)])
+        features = F.normalize(features, dim=1)
+        similarity = torch.matmul(features, features.T)
+        return similarity, labels
+"""
+    train = b"""import argparse
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from contrast import Contrast
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=8)
+    args = parser.parse_args()
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=args.batch_size, shuffle=True)
+    contrast = Contrast(args)
+    for epoch in range(2):
+        for (x,) in loader:
+            logits, labels = contrast.info_nce_loss(model(torch.cat([x, x])))
+            loss = torch.nn.functional.cross_entropy(logits, labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_sources({"train.py": train, "contrast.py": loss})
+    (module,) = [f for f in result.files if f.path == "contrast.py"]
+    spots = [f for f in module.findings if f.kind == "manual" and f.code == "DDP103"]
+    assert spots and "self.args.batch_size" in spots[0].message and spots[0].line == 10
