@@ -74,6 +74,8 @@ class ModuleAccess(Transform):
         self._noted_savers: Set[cst.Call] = set()
         #: calls of another module's function that get ``name.module`` for ``name``
         self._handed_the_module: Dict[cst.Call, str] = {}
+        #: ``model = torch.load(f)`` of a model saved whole, wrapped in DDP again
+        self._rewrapped_loads: Set[cst.Assign] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
         wraps: List[Tuple[cst.Assign, str]] = []
@@ -363,12 +365,56 @@ class ModuleAccess(Transform):
         name = P.dotted_name(first.value)
         if A.loaded_back(self.ast_source, name):
             # the code after the load uses .module (rewritten here): it must get the wrapper back
-            self.manual(original_node, _loaded_back_message(name))
-            return updated_node
-        self.changed(original_node, f"torch.save({name}) saves {name}.module: the model, as before, not its DDP wrapper")
+            if not self._loads_rewrapped(name, original_node):
+                self.manual(original_node, _loaded_back_message(name))
+                return updated_node
+            self.changed(
+                original_node,
+                f"torch.save({name}) saves {name}.module (a file that loads without a process group); "
+                f"where the script loads it back into {name}, it is wrapped in DDP again",
+            )
+        else:
+            self.changed(original_node, f"torch.save({name}) saves {name}.module: the model, as before, not its DDP wrapper")
         new_first = updated_node.args[0]
         value = cst.Attribute(value=new_first.value, attr=cst.Name("module"))
         return updated_node.with_changes(args=[new_first.with_changes(value=value), *updated_node.args[1:]])
+
+    def _loads_rewrapped(self, name: str, save: cst.Call) -> bool:
+        """Every ``name = torch.load(...)`` after the wrap (the model saved whole,
+        read back for the test run) can be wrapped in DDP again: a statement of its
+        own, on every rank, with the process group up.  Those loads are then noted
+        for ``leave_Assign``; False (nothing noted) when one cannot."""
+        loads = [
+            a for a in P.find(self.module, cst.Assign)
+            if any(P.dotted_name(t.target) == name for t in a.targets)
+            and any(self.is_call(c, N.TORCH_LOAD) for c in P.find(a.value, cst.Call))
+            and self._is_wrapped(a.targets[0].target, a)
+        ]
+        if not loads:
+            return False
+        for assign in loads:
+            stmt = self.statement_of(assign)
+            if (
+                not isinstance(stmt, cst.SimpleStatementLine) or len(assign.targets) != 1
+                or P.under_main_process_check(self, assign) or self.before_process_group(stmt) is not None
+                or self.rank_name(assign, "local_rank") is None
+            ):
+                return False
+        self._rewrapped_loads.update(loads)
+        return True
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        if original_node not in self._rewrapped_loads:
+            return updated_node
+        ddp = self.object_alias("torch.nn.parallel", "DistributedDataParallel", N.DDP)
+        local_rank = self.rank_name(original_node, "local_rank")
+        wrapped = cst.parse_expression(
+            f"{ddp}(LOADED, device_ids=[{local_rank}] if {self.torch()}.cuda.is_available() else None)"
+        )
+        assert isinstance(wrapped, cst.Call)
+        wrapped = wrapped.with_changes(args=[wrapped.args[0].with_changes(value=updated_node.value), *wrapped.args[1:]])
+        self.changed(original_node, "the model loaded back is wrapped in DDP again (the code after it expects the wrapper)")
+        return updated_node.with_changes(value=wrapped)
 
     def _container_saved(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         """``torch.save({"decoder": decoder, "epoch": e}, path)``: the wrapped model
