@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -182,7 +183,8 @@ def test_hang_is_stopped_within_the_timeout_with_stacks(workdir):
     started = time.time()
     report = run("hang", timeout=6.0)
     elapsed = time.time() - started
-    hang = by_name(report)["no-hang"]
+    checks = by_name(report)
+    hang = checks["no-hang"]
     assert hang.status == "fail" and "6 s" in hang.message, hang.to_dict()
     # stopped by the timeout, not by the script ending (the hang never ends): a
     # bound to catch a verify that waits on, not a speed target (benchmarks/)
@@ -190,6 +192,64 @@ def test_hang_is_stopped_within_the_timeout_with_stacks(workdir):
     assert "train.py:" in (hang.location or "")
     stacks = hang.details["stacks"]
     assert set(stacks) == {"0", "1"} and all("File" in s for s in stacks.values())
+    # the checks the hang cut short say so: not "raise --max-steps", not "finished"
+    stopped = "the run was stopped at its time budget (no progress for --timeout 6 s) while rank 0 (at "
+    epoch, crash = checks["set-epoch"], checks["no-crash"]
+    assert epoch.status == "inconclusive" and stopped in epoch.message, epoch.to_dict()
+    assert "--max-steps" not in epoch.message and "ran one epoch" not in epoch.message
+    assert crash.status == "inconclusive" and stopped in crash.message, crash.to_dict()
+    assert re.search(r"rank 0 \(at \S*train\.py:\d+\), rank 1 \(at \S*train\.py:\d+\) were blocked \(check 7\)",
+                     crash.message), crash.message
+    assert "finished" not in crash.message and "budget" not in crash.message.replace("time budget", "")
+
+
+def test_a_rank_that_leaves_with_os_exit_is_named(workdir):
+    """``os._exit(0)`` on rank 1 after 3 steps: no traceback, exit status 0 -- the
+    rank is named, with where it left, not rank 0's broken collective."""
+    from dp2ddp.verify import text
+
+    report = run("exit-early")
+    crash = by_name(report)["no-crash"]
+    assert not report.ok and crash.status == "fail", text(report)
+    assert crash.rank == 1
+    assert "rank 1 left with os._exit(0) after 3 step(s), before the end of training" in crash.message
+    assert "rank(s) [0] then failed in a collective" in crash.message, crash.message
+    assert crash.location and "train.py:" in crash.location
+    assert "os._exit" in crash.advice
+
+
+def test_in_sync_does_not_pass_a_script_that_was_not_converted(workdir):
+    """A DataParallel script run under verify unconverted: every process trains
+    alone, on the same data from the same seed -- identical parameters that
+    nothing kept identical are not a pass."""
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    script = FIXTURES / "e2e" / "dp_classifier" / "before" / "train.py"
+    report = verify(VerifyOptions(script=str(script), args=["--epochs", "2"], timeout=30.0))
+    checks = by_name(report)
+    assert checks["process-group"].status == "fail", text(report)
+    sync = checks["in-sync"]
+    assert sync.status == "inconclusive", text(report)
+    assert "nothing keeps them so: rank(s) [0, 1] train no DistributedDataParallel model" in sync.message
+
+
+def test_in_sync_on_recorded_steps():
+    from dp2ddp.verify.checks import Records, check_in_sync
+
+    def step(h, wrapped=3):
+        return [{"event": "init"}, {"event": "first_step", "params": 3, "wrapped": wrapped, "checksum": {"hash": h, "sum": 0.0}}]
+
+    def records(*ranks):
+        return Records(ranks=dict(enumerate(ranks)), stacks={}, logs={})
+
+    assert check_in_sync(records(step("a"), step("a"))).status == "pass"
+    assert check_in_sync(records(step("a"), step("b"))).status == "fail"
+    # not wrapped: identical by computing the same, not kept so; different is still a fault
+    assert check_in_sync(records(step("a", 0), step("a", 0))).status == "inconclusive"
+    assert check_in_sync(records(step("a", 0), step("b", 0))).status == "fail"
+    no_group = [e for e in step("a") if e["event"] != "init"]
+    assert check_in_sync(records(no_group, no_group)).status == "inconclusive"
+    assert check_in_sync(records(step("a"))).status == "skip"  # a world of one: nothing to compare
 
 
 def test_crash_is_reported_with_rank_and_traceback(workdir):

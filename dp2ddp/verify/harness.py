@@ -217,6 +217,7 @@ class Harness:
         self._patch_loader(torch)
         self._patch_writes(torch)
         self._patch_set_device(torch)
+        self._patch_exit()
         self._cpu_sync_batchnorm(torch)
 
     def _cpu_sync_batchnorm(self, torch) -> None:
@@ -452,6 +453,26 @@ class Harness:
             return original(device)
 
         torch.cuda.set_device = set_device
+
+    def _patch_exit(self) -> None:
+        """``os._exit`` in the script leaves at once (no ``end`` event, no traceback):
+        say when, where and after how many steps, so that a rank that skips the rest
+        of training this way is named.  (A DataLoader worker's or a forked child's
+        ``os._exit`` is not the rank's: ``event`` records nothing there.)"""
+        harness = self
+
+        def _exit(status):
+            try:
+                harness.rec.event(
+                    "exit", status=status, steps=harness.steps, where=_user_location(harness.script_dir)
+                )
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except BaseException:  # leaving must not fail
+                pass
+            _REAL_EXIT(status)
+
+        os._exit = _exit
 
     # -- running -----------------------------------------------------------
     def run(self, args: List[str]) -> int:
@@ -772,6 +793,8 @@ def _defined_at(cls, script_dir: str) -> Optional[str]:
 
 
 _REAL_SAVE = None
+#: the harness's own way out (the script's ``os._exit`` is recorded: ``_patch_exit``)
+_REAL_EXIT = os._exit
 #: a Subset's indices are recorded up to this many (they make the shard check exact)
 _SUBSET_LIMIT = 200_000
 
@@ -916,7 +939,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     sys.stderr.flush()
     # leave without the interpreter's teardown: a script stopped mid-epoch may
     # hold loader workers or a process group whose teardown could block
-    os._exit(code)
+    _REAL_EXIT(code)
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def fork_ranks(directory: str, options, cwd: str, launched: Launched) -> Launche
                 _fresh_random_state()
                 H.main([options.script, *options.args])
             finally:
-                os._exit(1)
+                H._REAL_EXIT(1)
         os.close(read_end)
         pipes.append(write_end)
         launched.pids.append(pid)
