@@ -218,6 +218,24 @@ def test_a_rank_that_leaves_with_os_exit_is_named(workdir):
     assert "os._exit" in crash.advice
 
 
+def test_a_child_in_a_session_of_its_own_does_not_outlive_the_run(workdir):
+    """Rank 0 starts a sleeping child with ``start_new_session=True`` (out of the
+    rank's process group, and its rank exits before the run ends): verify stops
+    it, and says so."""
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    pidfile = workdir / "daemon.pid"
+    report = verify(VerifyOptions(script=str(SCRIPT), args=["--spawn-daemon", str(pidfile)], timeout=30.0))
+    assert report.ok, text(report)
+    pid = int(pidfile.read_text())
+    # it was still running when the ranks were done (what it would have gone on doing)
+    assert any(f"pid {pid}: " in n and "verify stopped them" in n for n in report.notes), report.notes
+    deadline = time.time() + 5
+    while _alive(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), f"the script's child {pid} is still running"
+
+
 def test_in_sync_does_not_pass_a_script_that_was_not_converted(workdir):
     """A DataParallel script run under verify unconverted: every process trains
     alone, on the same data from the same seed -- identical parameters that
