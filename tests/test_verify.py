@@ -218,6 +218,21 @@ def test_a_rank_that_leaves_with_os_exit_is_named(workdir):
     assert "os._exit" in crash.advice
 
 
+def test_os_exit_on_every_rank_after_the_same_steps_is_the_scripts_way_to_end():
+    from types import SimpleNamespace
+
+    from dp2ddp.verify.checks import Records, check_no_crash
+
+    def exited(steps, t):
+        return [{"event": "start"}, {"event": "exit", "status": 0, "steps": steps, "t": t, "where": "t.py:9"}]
+
+    launched = SimpleNamespace(stalled=False, crashed=False, exit_codes={})
+    same = check_no_crash(Records(ranks={0: exited(8, 1.0), 1: exited(8, 1.1)}, stacks={}, logs={}), launched)
+    assert same.status == "pass" and "through os._exit(0)" in same.message, same.to_dict()
+    early = check_no_crash(Records(ranks={0: exited(8, 2.0), 1: exited(3, 1.0)}, stacks={}, logs={}), launched)
+    assert early.status == "fail" and early.rank == 1 and "went on training without it" in early.message
+
+
 def test_a_child_in_a_session_of_its_own_does_not_outlive_the_run(workdir):
     """Rank 0 starts a sleeping child with ``start_new_session=True`` (out of the
     rank's process group, and its rank exits before the run ends): verify stops
@@ -268,6 +283,38 @@ def test_in_sync_on_recorded_steps():
     no_group = [e for e in step("a") if e["event"] != "init"]
     assert check_in_sync(records(no_group, no_group)).status == "inconclusive"
     assert check_in_sync(records(step("a"))).status == "skip"  # a world of one: nothing to compare
+
+
+def test_the_harness_holds_the_process_group_a_script_drops(tmp_path):
+    """Dropped by the script (destroy_process_group, then the DDP model freed as
+    main() returns), a Gloo group's last reference can be the model's Reducer:
+    pybind frees it holding the GIL, ~ProcessGroupGloo joins its worker threads,
+    and a worker still freeing the last all-reduce's work waits for the GIL -- the
+    rank sat at the main() line until check 7 failed (py-spy's native stacks; 1
+    run in 15 of three verifies at once on 2 cores).  The harness holds every
+    group until the rank leaves (os._exit: never destroyed).  Checked in a
+    process of its own (the hooks patch torch)."""
+    code = (
+        "import gc, sys\n"
+        "import torch, torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel\n"
+        "from dp2ddp.verify.harness import Harness\n"
+        "harness = Harness(sys.argv[1])\n"
+        "harness.install()\n"
+        "dist.init_process_group('gloo', init_method='file://' + sys.argv[2], rank=0, world_size=1)\n"
+        "model = DistributedDataParallel(torch.nn.Linear(2, 1))\n"
+        "group = model.process_group\n"
+        "dist.destroy_process_group()\n"
+        "del model\n"
+        "gc.collect()\n"
+        "print('held', any(g is group for g in harness.keep))\n"
+    )
+    env = {**os.environ, "DP2DDP_VERIFY_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    env.pop("RANK", None)
+    proc = subprocess.run([sys.executable, "-c", code, str(SCRIPT), str(tmp_path / "store")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "held True" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_crash_is_reported_with_rank_and_traceback(workdir):

@@ -155,6 +155,16 @@ class Harness:
         self.written: set = set()
         self._stack_file = None
         self._replay: Optional[Dict[int, List[List[int]]]] = None
+        #: every process group the script made or DDP uses, held until the rank leaves
+        #: (``os._exit``: never destroyed).  Dropped by the script, the last reference to a
+        #: Gloo group can be the DDP model's Reducer, freed when the script's ``main()``
+        #: returns: pybind frees it holding the GIL, ``~ProcessGroupGloo`` joins its
+        #: worker threads, and a worker still freeing the last all-reduce's work (a
+        #: barrier's work holds it) waits for the GIL to drop a Python object -- the
+        #: rank deadlocks at the ``main()`` line (seen 1 run in 11, three at once on two
+        #: cores; py-spy's native stacks in the commit message).  Held here, the group
+        #: outlives the script and the worker takes the GIL when the main thread yields it.
+        self.keep: List[Any] = []
 
     def replay_plan(self, number: int) -> Optional[List[List[int]]]:
         """In the original's run (``--against``): the sample indices each rank drew in
@@ -246,6 +256,10 @@ class Harness:
             if "timeout" not in kwargs:
                 kwargs["timeout"] = timedelta(seconds=harness.timeout + 30)
             result = original(*args, **kwargs)
+            try:
+                harness.keep.append(dist.distributed_c10d._get_default_group())
+            except (AttributeError, RuntimeError, ValueError):  # an older or newer torch
+                pass
             harness.rec.event(
                 "init",
                 backend=str(dist.get_backend()),
@@ -267,6 +281,7 @@ class Harness:
 
         def __init__(self, module, *args, **kwargs):
             original(self, module, *args, **kwargs)
+            harness.keep.append(getattr(self, "process_group", None))  # (see Harness.keep)
             ids = {id(p) for p in module.parameters()}
             harness.ddp_params |= ids
             # the GPU the wrapped model lives on (DDP itself requires one device)
