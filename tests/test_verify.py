@@ -216,6 +216,8 @@ def test_a_rank_that_leaves_with_os_exit_is_named(workdir):
     assert "rank(s) [0] then failed in a collective" in crash.message, crash.message
     assert crash.location and "train.py:" in crash.location
     assert "os._exit" in crash.advice
+    # the pass rank 1 was in when it left is recorded: the shard check still judges
+    assert by_name(report)["data-sharded"].status == "pass", text(report)
 
 
 def test_os_exit_on_every_rank_after_the_same_steps_is_the_scripts_way_to_end():

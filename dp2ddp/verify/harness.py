@@ -478,6 +478,9 @@ class Harness:
 
         def _exit(status):
             try:
+                if harness.rec.in_rank_process():  # the passes it was in, as a return would record them
+                    for recording in list(harness.open_passes):
+                        recording.close()
                 harness.rec.event(
                     "exit", status=status, steps=harness.steps, where=_user_location(harness.script_dir)
                 )
