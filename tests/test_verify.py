@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -182,7 +183,8 @@ def test_hang_is_stopped_within_the_timeout_with_stacks(workdir):
     started = time.time()
     report = run("hang", timeout=6.0)
     elapsed = time.time() - started
-    hang = by_name(report)["no-hang"]
+    checks = by_name(report)
+    hang = checks["no-hang"]
     assert hang.status == "fail" and "6 s" in hang.message, hang.to_dict()
     # stopped by the timeout, not by the script ending (the hang never ends): a
     # bound to catch a verify that waits on, not a speed target (benchmarks/)
@@ -190,6 +192,131 @@ def test_hang_is_stopped_within_the_timeout_with_stacks(workdir):
     assert "train.py:" in (hang.location or "")
     stacks = hang.details["stacks"]
     assert set(stacks) == {"0", "1"} and all("File" in s for s in stacks.values())
+    # the checks the hang cut short say so: not "raise --max-steps", not "finished"
+    stopped = "the run was stopped at its time budget (no progress for --timeout 6 s) while rank 0 (at "
+    epoch, crash = checks["set-epoch"], checks["no-crash"]
+    assert epoch.status == "inconclusive" and stopped in epoch.message, epoch.to_dict()
+    assert "--max-steps" not in epoch.message and "ran one epoch" not in epoch.message
+    assert crash.status == "inconclusive" and stopped in crash.message, crash.to_dict()
+    assert re.search(r"rank 0 \(at \S*train\.py:\d+\), rank 1 \(at \S*train\.py:\d+\) were blocked \(check 7\)",
+                     crash.message), crash.message
+    assert "finished" not in crash.message and "budget" not in crash.message.replace("time budget", "")
+
+
+def test_a_rank_that_leaves_with_os_exit_is_named(workdir):
+    """``os._exit(0)`` on rank 1 after 3 steps: no traceback, exit status 0 -- the
+    rank is named, with where it left, not rank 0's broken collective."""
+    from dp2ddp.verify import text
+
+    report = run("exit-early")
+    crash = by_name(report)["no-crash"]
+    assert not report.ok and crash.status == "fail", text(report)
+    assert crash.rank == 1
+    assert "rank 1 left with os._exit(0) after 3 step(s), before the end of training" in crash.message
+    assert "rank(s) [0] then failed in a collective" in crash.message, crash.message
+    assert crash.location and "train.py:" in crash.location
+    assert "os._exit" in crash.advice
+    # the pass rank 1 was in when it left is recorded: the shard check still judges
+    assert by_name(report)["data-sharded"].status == "pass", text(report)
+
+
+def test_os_exit_on_every_rank_after_the_same_steps_is_the_scripts_way_to_end():
+    from types import SimpleNamespace
+
+    from dp2ddp.verify.checks import Records, check_no_crash
+
+    def exited(steps, t):
+        return [{"event": "start"}, {"event": "exit", "status": 0, "steps": steps, "t": t, "where": "t.py:9"}]
+
+    launched = SimpleNamespace(stalled=False, crashed=False, exit_codes={})
+    same = check_no_crash(Records(ranks={0: exited(8, 1.0), 1: exited(8, 1.1)}, stacks={}, logs={}), launched)
+    assert same.status == "pass" and "through os._exit(0)" in same.message, same.to_dict()
+    early = check_no_crash(Records(ranks={0: exited(8, 2.0), 1: exited(3, 1.0)}, stacks={}, logs={}), launched)
+    assert early.status == "fail" and early.rank == 1 and "went on training without it" in early.message
+
+
+def test_a_child_in_a_session_of_its_own_does_not_outlive_the_run(workdir):
+    """Rank 0 starts a sleeping child with ``start_new_session=True`` (out of the
+    rank's process group, and its rank exits before the run ends): verify stops
+    it, and says so."""
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    pidfile = workdir / "daemon.pid"
+    report = verify(VerifyOptions(script=str(SCRIPT), args=["--spawn-daemon", str(pidfile)], timeout=30.0))
+    assert report.ok, text(report)
+    pid = int(pidfile.read_text())
+    # it was still running when the ranks were done (what it would have gone on doing)
+    assert any(f"pid {pid}: " in n and "verify stopped them" in n for n in report.notes), report.notes
+    deadline = time.time() + 5
+    while _alive(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), f"the script's child {pid} is still running"
+
+
+def test_in_sync_does_not_pass_a_script_that_was_not_converted(workdir):
+    """A DataParallel script run under verify unconverted: every process trains
+    alone, on the same data from the same seed -- identical parameters that
+    nothing kept identical are not a pass."""
+    from dp2ddp.verify import VerifyOptions, text, verify
+
+    script = FIXTURES / "e2e" / "dp_classifier" / "before" / "train.py"
+    report = verify(VerifyOptions(script=str(script), args=["--epochs", "2"], timeout=30.0))
+    checks = by_name(report)
+    assert checks["process-group"].status == "fail", text(report)
+    sync = checks["in-sync"]
+    assert sync.status == "inconclusive", text(report)
+    assert "nothing keeps them so: rank(s) [0, 1] train no DistributedDataParallel model" in sync.message
+
+
+def test_in_sync_on_recorded_steps():
+    from dp2ddp.verify.checks import Records, check_in_sync
+
+    def step(h, wrapped=3):
+        return [{"event": "init"}, {"event": "first_step", "params": 3, "wrapped": wrapped, "checksum": {"hash": h, "sum": 0.0}}]
+
+    def records(*ranks):
+        return Records(ranks=dict(enumerate(ranks)), stacks={}, logs={})
+
+    assert check_in_sync(records(step("a"), step("a"))).status == "pass"
+    assert check_in_sync(records(step("a"), step("b"))).status == "fail"
+    # not wrapped: identical by computing the same, not kept so; different is still a fault
+    assert check_in_sync(records(step("a", 0), step("a", 0))).status == "inconclusive"
+    assert check_in_sync(records(step("a", 0), step("b", 0))).status == "fail"
+    no_group = [e for e in step("a") if e["event"] != "init"]
+    assert check_in_sync(records(no_group, no_group)).status == "inconclusive"
+    assert check_in_sync(records(step("a"))).status == "skip"  # a world of one: nothing to compare
+
+
+def test_the_harness_holds_the_process_group_a_script_drops(tmp_path):
+    """Dropped by the script (destroy_process_group, then the DDP model freed as
+    main() returns), a Gloo group's last reference can be the model's Reducer:
+    pybind frees it holding the GIL, ~ProcessGroupGloo joins its worker threads,
+    and a worker still freeing the last all-reduce's work waits for the GIL -- the
+    rank sat at the main() line until check 7 failed (py-spy's native stacks; 1
+    run in 15 of three verifies at once on 2 cores).  The harness holds every
+    group until the rank leaves (os._exit: never destroyed).  Checked in a
+    process of its own (the hooks patch torch)."""
+    code = (
+        "import gc, sys\n"
+        "import torch, torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel\n"
+        "from dp2ddp.verify.harness import Harness\n"
+        "harness = Harness(sys.argv[1])\n"
+        "harness.install()\n"
+        "dist.init_process_group('gloo', init_method='file://' + sys.argv[2], rank=0, world_size=1)\n"
+        "model = DistributedDataParallel(torch.nn.Linear(2, 1))\n"
+        "group = model.process_group\n"
+        "dist.destroy_process_group()\n"
+        "del model\n"
+        "gc.collect()\n"
+        "print('held', any(g is group for g in harness.keep))\n"
+    )
+    env = {**os.environ, "DP2DDP_VERIFY_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    env.pop("RANK", None)
+    proc = subprocess.run([sys.executable, "-c", code, str(SCRIPT), str(tmp_path / "store")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "held True" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_crash_is_reported_with_rank_and_traceback(workdir):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -144,7 +145,7 @@ def verify(options: VerifyOptions) -> VerifyReport:
         launcher = "torchrun" if options.nnodes > 1 or not forked_ok else "fork"
     world = options.nproc_per_node * options.nnodes
     try:
-        launched = launch.Launched()
+        launched = launch.Launched(family=launch.Descendants(run_dir))
         try:
             with launch.terminate_as_interrupt():
                 if launcher == "fork":
@@ -170,8 +171,20 @@ def verify(options: VerifyOptions) -> VerifyReport:
         across_ranks = data_disagreement(rank_passes)
         if across_ranks:
             notes.append(across_ranks)
+        if launched.escaped:
+            notes.append(
+                f"the script started {len(launched.escaped)} process(es) outside its ranks' process groups "
+                f"(a session of their own), still running when the ranks were done: verify stopped them "
+                f"({'; '.join(launched.escaped)})"
+            )
         if options.against:
-            checks.append(_against(options, run_dir, rank_passes))
+            try:
+                checks.append(_against(options, run_dir, rank_passes))
+            finally:  # what the original started outlives it no more than the ranks' do
+                leftovers = launch.Descendants(run_dir)
+                leftovers.scan((), environ=True)
+                for sig in (signal.SIGTERM, signal.SIGKILL):
+                    leftovers.signal(sig)
     finally:
         if not options.keep:
             shutil.rmtree(run_dir, ignore_errors=True)

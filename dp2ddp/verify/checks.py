@@ -117,11 +117,11 @@ def evaluate(records: Records, expected_world: int, launched, options) -> List[C
         check_process_group(records, expected_world),
         check_wrapped(records),
         check_sharded(records),
-        check_set_epoch(records),
+        check_set_epoch(records, launched, options),
         check_in_sync(records),
         check_single_writer(records),
         check_no_hang(records, launched, options),
-        check_no_crash(records, launched),
+        check_no_crash(records, launched, options),
         check_devices(records),
     ]
     return checks
@@ -149,6 +149,43 @@ def _left_early(records: "Records", crashed: int, crashes: Dict[int, Any]):
         if other and other.get("reason") == "completed" and other.get("steps", 0) <= reached:
             return rank, other.get("steps", 0), reached
     return None
+
+
+def _exits(records: "Records") -> Dict[int, Dict[str, Any]]:
+    """The ranks whose script left through ``os._exit`` (no ``end`` event): their ``exit`` event."""
+    found = {}
+    for rank in sorted(records.ranks):
+        event = records.first(rank, "exit")
+        if event is not None and records.first(rank, "end") is None:
+            found[rank] = event
+    return found
+
+
+def _steps(records: "Records", rank: int) -> Optional[int]:
+    """The optimizer steps rank ``rank`` took, as its last record says (None: killed, unknown)."""
+    for kind in ("end", "exit"):
+        event = records.first(rank, kind)
+        if event is not None:
+            return event.get("steps", 0)
+    return None
+
+
+def _blocked(records: "Records") -> List[int]:
+    """The ranks still in the script when the run was stopped (no end, no exit)."""
+    return [r for r in sorted(records.ranks) if records.first(r, "end") is None and records.first(r, "exit") is None]
+
+
+def _stopped_at_timeout(records: "Records", options) -> str:
+    """What a stall means for the checks that could not finish: the run was stopped
+    at its time budget while these ranks were blocked (where, from their stacks)."""
+    blocked = _blocked(records)
+    where = {r: _stack_location(records.stacks.get(r, "")) for r in blocked}
+    ranks = ", ".join(f"rank {r}" + (f" (at {where[r]})" if where.get(r) else "") for r in blocked)
+    verb = "was" if len(blocked) == 1 else "were"
+    return (
+        f"the run was stopped at its time budget (no progress for --timeout {options.timeout:g} s) while "
+        + (f"{ranks} {verb} blocked (check 7)" if blocked else "the ranks were blocked (check 7)")
+    )
 
 
 def _last_line(crash: Dict[str, Any]) -> str:
@@ -449,7 +486,7 @@ def data_disagreement(passes: Dict[str, Optional[Dict[str, Any]]]) -> Optional[s
     return None
 
 
-def check_set_epoch(records: Records) -> Check:
+def check_set_epoch(records: Records, launched=None, options=None) -> Check:
     check = Check(4, "set-epoch", "shuffling changes between epochs (set_epoch called)")
     rank = min(records.ranks) if records.ranks else None
     if rank is None:
@@ -462,12 +499,16 @@ def check_set_epoch(records: Records) -> Check:
     if first.get("shuffle") is False:
         return check.ok("the training sampler does not shuffle: nothing to change between epochs")
     if len(passes) < 2:
-        return check.inconclusive(
-            "only one epoch of the training loader was seen"
-            + (": the step budget ended the run first -- raise --max-steps or lower --epoch-batches"
-               if (records.first(rank, "end") or {}).get("reason") == "budget" else
-               ": the script ran one epoch (give it two, through its arguments after `--`)")
-        )
+        end = records.first(rank, "end") or {}
+        if launched is not None and launched.stalled:
+            why = ": " + _stopped_at_timeout(records, options)
+        elif (launched is not None and launched.crashed) or records.first(rank, "crash") or _exits(records):
+            why = ": the run ended early (a rank crashed or left: check 8)"
+        elif end.get("reason") == "budget":
+            why = ": the step budget ended the run first -- raise --max-steps or lower --epoch-batches"
+        else:
+            why = ": the script ran one epoch (give it two, through its arguments after `--`)"
+        return check.inconclusive("only one epoch of the training loader was seen" + why)
     orders = [_order(p) for p in passes]
     common = min(len(order) for order in orders)
     if common < 2:
@@ -503,6 +544,15 @@ def check_in_sync(records: Records) -> Check:
     lasts = {r: records.first(r, "last_step") for r in records.ranks}
     if not any(firsts.values()):
         return check.inconclusive("no optimizer step was taken")
+    if len(records.ranks) == 1:
+        return check.skip("a single rank: nothing to compare")
+    # identical parameters mean something only when DDP keeps them so: processes that
+    # each train on their own (no process group, no DDP model) are identical when they
+    # compute the same thing (same seed, same data), and differ when they do not
+    alone = sorted(
+        r for r in records.ranks
+        if records.first(r, "init") is None or (firsts.get(r) and firsts[r]["wrapped"] == 0)
+    )
     for label, table in (("first", firsts), ("last", lasts)):
         values = {r: e["checksum"] for r, e in table.items() if e}
         if len(values) < len(records.ranks):
@@ -520,6 +570,11 @@ def check_in_sync(records: Records) -> Check:
                 location=(table[differ[0]] or {}).get("where"),
                 advice="every rank must train the same DDP-wrapped model; do not change parameters on one rank only",
             )
+    if alone:
+        return check.inconclusive(
+            f"identical, but nothing keeps them so: rank(s) {alone} train no DistributedDataParallel model "
+            "in a process group (checks 1, 2) -- each process trained on its own, and computed the same"
+        )
     if not all(lasts.values()):
         return check.ok("identical after the first step (the run did not end normally: no last step recorded)")
     steps = max(e["steps"] for e in lasts.values())
@@ -572,7 +627,7 @@ def check_no_hang(records: Records, launched, options) -> Check:
         return check.ok("every rank kept making progress")
     stuck = {r: s for r, s in records.stacks.items()}
     where = {r: _stack_location(s) for r, s in stuck.items()}
-    ended = [r for r in records.ranks if records.first(r, "end")]
+    ended = [r for r in records.ranks if records.first(r, "end") or records.first(r, "exit")]
     rank = min(stuck) if stuck else None
     message = f"no progress for {options.timeout:g} s"
     if ended:
@@ -589,10 +644,49 @@ def check_no_hang(records: Records, launched, options) -> Check:
     )
 
 
-def check_no_crash(records: Records, launched) -> Check:
+def _early_exit(records: Records, launched, crashes: Dict[int, Any]) -> Optional[Check]:
+    """A rank that left through ``os._exit`` while the others were still training:
+    its arguments for the verdict (rank, what happened, where), or None."""
+    exits = _exits(records)
+    for rank, event in sorted(exits.items(), key=lambda item: (item[1].get("t", 0), item[0])):
+        status, steps = event.get("status"), event.get("steps", 0)
+        others = [r for r in sorted(records.ranks) if r != rank]
+        went_on = [r for r in others if (_steps(records, r) or 0) > steps or r in _blocked(records)]
+        later = [r for r in crashes if crashes[r].get("t", 0) >= event.get("t", 0)]
+        if status not in (0, None):
+            return dict(
+                message=f"rank {rank} left with os._exit({status}) after {steps} step(s)"
+                + (f" while rank(s) {went_on} went on" if went_on else ""),
+                rank=rank,
+                location=event.get("where"),
+                advice="see the script's output below: os._exit leaves without a traceback",
+            )
+        if not (went_on or later or launched.stalled):
+            continue  # every rank left there, after as many steps: the script's way to end
+        what = f"rank {rank} left with os._exit(0) after {steps} step(s), before the end of training"
+        if later:
+            what += f"; rank(s) {sorted(later)} then failed in a collective: {_last_line(crashes[min(later)])}"
+        elif launched.stalled:
+            what += f"; rank(s) {_blocked(records)} then waited for it until the run was stopped (check 7)"
+        elif went_on:
+            what += f"; rank(s) {went_on} went on training without it"
+        return dict(
+            message=what,
+            rank=rank,
+            location=event.get("where"),
+            advice="os._exit skips the rest of the script on this rank: every rank must run the same "
+            "steps -- leave the training loop on every rank alike, and exit after the last collective",
+        )
+    return None
+
+
+def check_no_crash(records: Records, launched, options=None) -> Check:
     check = Check(8, "no-crash", "no rank crashed")
     crashes = {r: records.first(r, "crash") for r in records.ranks}
     crashes = {r: c for r, c in crashes.items() if c}
+    early = _early_exit(records, launched, crashes)
+    if early is not None:
+        return check.fail(**early, output=records.output_tail(early["rank"]), ranks=sorted(crashes))
     if crashes:
         # the first rank to crash is the cause; the others die of its absence
         rank = min(crashes, key=lambda r: (crashes[r].get("t", 0), r))
@@ -641,7 +735,20 @@ def check_no_crash(records: Records, launched) -> Check:
             f"a process exited with status {codes} without a Python traceback (killed? out of memory?)",
             advice="look at the logs in the run folder (--keep)",
         )
-    return check.ok("every rank finished or stopped at the budget")
+    if launched.stalled:
+        return check.inconclusive(
+            "no rank crashed before " + (_stopped_at_timeout(records, options) if options else "the run was stopped")
+            + ": what they would have done after is not known"
+        )
+    exits = _exits(records)
+    reasons = {(records.first(r, "end") or {}).get("reason") for r in records.ranks} - {None}
+    if exits:
+        return check.ok(f"every rank finished (rank(s) {sorted(exits)} through os._exit(0), after as many steps)")
+    if reasons == {"budget"}:
+        return check.ok("every rank was stopped at the step budget")
+    if reasons == {"completed"}:
+        return check.ok("every rank finished the script")
+    return check.ok("every rank finished the script or was stopped at the step budget")
 
 
 def physical_gpu(index: Optional[int], visible: Optional[str]) -> Optional[int]:

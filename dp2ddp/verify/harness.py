@@ -155,6 +155,16 @@ class Harness:
         self.written: set = set()
         self._stack_file = None
         self._replay: Optional[Dict[int, List[List[int]]]] = None
+        #: every process group the script made or DDP uses, held until the rank leaves
+        #: (``os._exit``: never destroyed).  Dropped by the script, the last reference to a
+        #: Gloo group can be the DDP model's Reducer, freed when the script's ``main()``
+        #: returns: pybind frees it holding the GIL, ``~ProcessGroupGloo`` joins its
+        #: worker threads, and a worker still freeing the last all-reduce's work (a
+        #: barrier's work holds it) waits for the GIL to drop a Python object -- the
+        #: rank deadlocks at the ``main()`` line (seen 1 run in 11, three at once on two
+        #: cores; py-spy's native stacks in the commit message).  Held here, the group
+        #: outlives the script and the worker takes the GIL when the main thread yields it.
+        self.keep: List[Any] = []
 
     def replay_plan(self, number: int) -> Optional[List[List[int]]]:
         """In the original's run (``--against``): the sample indices each rank drew in
@@ -217,6 +227,7 @@ class Harness:
         self._patch_loader(torch)
         self._patch_writes(torch)
         self._patch_set_device(torch)
+        self._patch_exit()
         self._cpu_sync_batchnorm(torch)
 
     def _cpu_sync_batchnorm(self, torch) -> None:
@@ -245,6 +256,10 @@ class Harness:
             if "timeout" not in kwargs:
                 kwargs["timeout"] = timedelta(seconds=harness.timeout + 30)
             result = original(*args, **kwargs)
+            try:
+                harness.keep.append(dist.distributed_c10d._get_default_group())
+            except (AttributeError, RuntimeError, ValueError):  # an older or newer torch
+                pass
             harness.rec.event(
                 "init",
                 backend=str(dist.get_backend()),
@@ -266,6 +281,7 @@ class Harness:
 
         def __init__(self, module, *args, **kwargs):
             original(self, module, *args, **kwargs)
+            harness.keep.append(getattr(self, "process_group", None))  # (see Harness.keep)
             ids = {id(p) for p in module.parameters()}
             harness.ddp_params |= ids
             # the GPU the wrapped model lives on (DDP itself requires one device)
@@ -452,6 +468,29 @@ class Harness:
             return original(device)
 
         torch.cuda.set_device = set_device
+
+    def _patch_exit(self) -> None:
+        """``os._exit`` in the script leaves at once (no ``end`` event, no traceback):
+        say when, where and after how many steps, so that a rank that skips the rest
+        of training this way is named.  (A DataLoader worker's or a forked child's
+        ``os._exit`` is not the rank's: ``event`` records nothing there.)"""
+        harness = self
+
+        def _exit(status):
+            try:
+                if harness.rec.in_rank_process():  # the passes it was in, as a return would record them
+                    for recording in list(harness.open_passes):
+                        recording.close()
+                harness.rec.event(
+                    "exit", status=status, steps=harness.steps, where=_user_location(harness.script_dir)
+                )
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except BaseException:  # leaving must not fail
+                pass
+            _REAL_EXIT(status)
+
+        os._exit = _exit
 
     # -- running -----------------------------------------------------------
     def run(self, args: List[str]) -> int:
@@ -772,6 +811,8 @@ def _defined_at(cls, script_dir: str) -> Optional[str]:
 
 
 _REAL_SAVE = None
+#: the harness's own way out (the script's ``os._exit`` is recorded: ``_patch_exit``)
+_REAL_EXIT = os._exit
 #: a Subset's indices are recorded up to this many (they make the shard check exact)
 _SUBSET_LIMIT = 200_000
 
@@ -916,7 +957,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     sys.stderr.flush()
     # leave without the interpreter's teardown: a script stopped mid-epoch may
     # hold loader workers or a process group whose teardown could block
-    os._exit(code)
+    _REAL_EXIT(code)
 
 
 if __name__ == "__main__":

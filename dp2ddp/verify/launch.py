@@ -44,6 +44,88 @@ class Launched:
     stalled: bool = False
     crashed: bool = False
     duration: float = 0.0
+    #: every process seen below the ranks (pid -> its start time), see ``Descendants``
+    family: "Descendants" = field(default_factory=lambda: Descendants(""))
+    #: processes the script started outside the ranks' process groups, stopped at the end
+    escaped: List[str] = field(default_factory=list)
+
+
+def _stat(pid: int) -> Optional[tuple]:
+    """(ppid, process group, session, start time) of ``pid``, from /proc; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2 :].split()  # (the command may hold spaces and parentheses)
+    return int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+    except OSError:
+        return "?"
+
+
+class Descendants:
+    """The processes a run started, however far they got from the ranks: a child in
+    a session of its own (``Popen(start_new_session=True)``, a daemon) escapes the
+    ranks' process groups, and once its rank has exited it is no longer its child
+    either.  So the family is followed as it grows (``scan``, while the run is
+    watched: children, their children, anything in a rank's process group or
+    session), and at the end every process whose environment carries the run's
+    folder (``DP2DDP_VERIFY_DIR``, inherited through exec) joins it.  A pid is
+    remembered with its start time: a pid the kernel gave to another process since
+    is not the same process.  Linux (/proc); elsewhere nothing is found."""
+
+    def __init__(self, directory: str) -> None:
+        self.marker = f"{H.ENV_DIR}={directory}".encode() if directory else None
+        self.seen: Dict[int, int] = {}
+        self.groups: Dict[int, int] = {}
+
+    def scan(self, roots, environ: bool = False) -> None:
+        if not os.path.isdir("/proc"):
+            return
+        table = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                stat = _stat(int(name))
+                if stat is not None:
+                    table[int(name)] = stat
+        roots = set(roots)
+        outside = {os.getpid(), os.getppid(), 1}
+        family = {p for p in roots | set(self.seen) if p in table and self.seen.get(p, table[p][3]) == table[p][3]}
+        grew = True
+        while grew:
+            grew = False
+            for pid, (ppid, pgrp, session, _) in table.items():
+                if pid not in family and pid not in outside and (ppid in family or pgrp in roots or session in roots):
+                    family.add(pid)
+                    grew = True
+        if environ and self.marker:
+            for pid in set(table) - family - outside:
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as handle:
+                        if self.marker in handle.read().split(b"\0"):
+                            family.add(pid)
+                except OSError:
+                    continue  # another user's, or gone
+        for pid in family - outside:
+            self.seen.setdefault(pid, table[pid][3])
+            self.groups.setdefault(pid, table[pid][1])
+
+    def alive(self) -> List[int]:
+        """The family's processes still running (the same process: same start time)."""
+        return [p for p, start in self.seen.items() if (_stat(p) or (0, 0, 0, None))[3] == start]
+
+    def signal(self, sig) -> None:
+        for pid in self.alive():
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def free_port() -> int:
@@ -144,7 +226,7 @@ def fork_ranks(directory: str, options, cwd: str, launched: Launched) -> Launche
                 _fresh_random_state()
                 H.main([options.script, *options.args])
             finally:
-                os._exit(1)
+                H._REAL_EXIT(1)
         os.close(read_end)
         pipes.append(write_end)
         launched.pids.append(pid)
@@ -238,7 +320,11 @@ def watch(directory: str, launched: Launched, options, started: float) -> Launch
     """Wait for the run to end: all done, a crash, or a stall."""
     pending = set(launched.pids)
     crash_seen_at: Optional[float] = None
+    scanned = 0.0
     while pending:
+        if time.time() - scanned > 0.5:  # the processes the ranks start, while their parents live
+            launched.family.scan(set(launched.pids) | set(rank_pids(directory).values()))
+            scanned = time.time()
         for pid in list(pending):
             code = _reap(pid, launched)
             if code is not None:
@@ -308,9 +394,18 @@ def terminate_as_interrupt():
 
 
 def stop(launched: Launched, directory: str) -> None:
-    """Kill everything the run started (each rank / agent leads its own session)."""
+    """Kill everything the run started: each rank / agent leads its own session,
+    and what escaped it (a child in a session of its own) is in ``launched.family``."""
     targets = set(launched.pids) | set(rank_pids(directory).values())
+    family = launched.family
+    if family.marker is None:
+        family.marker = Descendants(directory).marker
+    family.scan(targets, environ=True)
+    # not in a rank's or agent's process group: killpg below would not reach it
+    escaped = [p for p in family.alive() if p not in targets and family.groups.get(p) not in targets]
+    launched.escaped = [f"pid {p}: {_command(p)}" for p in sorted(escaped)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        family.signal(sig)
         for pid in targets:
             try:
                 os.killpg(pid, sig)
@@ -321,10 +416,25 @@ def stop(launched: Launched, directory: str) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
         deadline = time.time() + 2.0
-        while time.time() < deadline and any(_alive(p) and not _zombie(p, launched) for p in targets):
+        while time.time() < deadline and (
+            any(_alive(p) and not _zombie(p, launched) for p in targets) or _running(family.alive())
+        ):
             time.sleep(0.05)
     for pid in launched.pids:
         _reap_blocking(pid, launched)
+
+
+def _running(pids: List[int]) -> bool:
+    """Some of ``pids`` (not this process's children) still runs: not a zombie."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        if data[data.rindex(b")") + 2 :].split()[0] != b"Z":
+            return True
+    return False
 
 
 def _zombie(pid: int, launched: Launched) -> bool:
