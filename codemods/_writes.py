@@ -513,3 +513,40 @@ FILE_LOGGER_TRUNCATES = (
     " -- {cls} keeps the file open from mode \"w\" on every rank, so one rank's open can empty what another "
     "wrote: make the {cls} on the main process only too"
 )
+
+
+# ------------------------------------------------------------------ a file of samples drawn through the model
+#: method calls that may reach a collective or change the model (never behind a main-process check)
+_TRAINING_OR_COLLECTIVE = frozenset(
+    {"backward", "step", "zero_grad", "all_reduce", "all_gather", "broadcast", "barrier", "reduce",
+     "gather", "scatter", "reduce_scatter", "all_to_all", "train", "load_state_dict"}
+)
+
+
+def sampled_through_the_model(src: A.Source, stmt: ast.With) -> Optional[Set[str]]:
+    """The DDP models (names bound to ``DistributedDataParallel(...)``) whose forward
+    a ``with open(P, "w") as f:`` calls to draw what it writes -- text sampled word
+    by word, the ``f.write(word)`` inside the loop (``long_lived_writer``) -- when
+    nothing else in it can reach a collective: no backward or optimizer step, no
+    ``torch.distributed`` call, no function of the program's own (only builtins,
+    torch's functions and methods of the values).  Such a block can run on the main
+    process only, through ``model.module`` (no DDP forward on one rank).  None
+    otherwise."""
+    if A.long_lived_writer(src, stmt) is None:
+        return None
+    models = A.ddp_wrapped_names(src)
+    called: Set[str] = set()
+    for node in ast.walk(ast.Module(body=stmt.body, type_ignores=[])):
+        if not isinstance(node, ast.Call):
+            continue
+        name = src.qualname(node.func)
+        if A.dotted(node.func) in models:
+            called.add(A.dotted(node.func))
+        elif name.startswith("torch.distributed") or A.last_name(node.func) in _TRAINING_OR_COLLECTIVE:
+            return None
+        elif isinstance(node.func, ast.Name):
+            if not (node.func.id in N.HARMLESS_FUNCS or name.startswith("torch.") or name.startswith("builtins.")):
+                return None  # (a function of the program: it may run anything)
+        elif isinstance(node.func, ast.Attribute) and A.dotted(node.func.value) in models:
+            return None  # (model.generate(...), model.sample(...): through DDP's attribute lookup)
+    return called or None

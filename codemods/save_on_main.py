@@ -106,9 +106,35 @@ class SaveOnMainProcess(MainProcessGuard):
             return None
         return self._removals().get(self._ast_key(stmt))
 
+    def _sampled(self, stmt: cst.With) -> Optional[Set[str]]:
+        """The DDP models a ``with open(...)`` block draws its samples through
+        (``_writes.sampled_through_the_model``), when it can go to the main process
+        as a whole; None otherwise."""
+        if P.under_main_process_check(self, stmt) or any(
+            isinstance(i.item, cst.Call) and self._per_rank_path(i.item) for i in stmt.items
+        ):
+            return None
+        line = self.position(stmt)[0]
+        node = next((w for w in self.ast_source.of_type(ast.With) if w.lineno == line), None)
+        return W.sampled_through_the_model(self.ast_source, node) if node is not None else None
+
+    def _model_call_sampled_on_main(self, call: cst.Call) -> bool:
+        """``model(input, state)`` inside a block that ``_sampled`` takes."""
+        name = P.dotted_name(call.func)
+        for anc in self.ancestors(call):
+            if isinstance(anc, cst.With):
+                models = self._sampled(anc)
+                if models is not None:
+                    return name in models
+            if isinstance(anc, (cst.FunctionDef, cst.Module)):
+                return False
+        return False
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         """``os.makedirs(d)`` / ``os.mkdir(d)`` -> ``os.makedirs(d, exist_ok=True)``:
         safe on every rank (the first one creates it, the others find it)."""
+        if isinstance(original_node.func, (cst.Name, cst.Attribute)) and self._model_call_sampled_on_main(original_node):
+            return updated_node.with_changes(func=cst.Attribute(value=updated_node.func, attr=cst.Name("module")))
         if not self.is_call(original_node, W.MAKE_FOLDER) or P.under_main_process_check(self, original_node):
             return updated_node
         creation = self._creation(original_node)
@@ -173,6 +199,11 @@ class SaveOnMainProcess(MainProcessGuard):
             return "the checkpoint file is written by the main process only"
         if isinstance(stmt, cst.With) and self._with_open_write(stmt):
             return "the file is written by the main process only (every rank would write the same file)"
+        if isinstance(stmt, cst.With) and self._sampled(stmt):
+            return (
+                "the file of samples is drawn and written by the main process only, through the bare "
+                "model (model.module: no DDP forward on one rank)"
+            )
         if (
             call is not None
             and isinstance(call.func, cst.Attribute)
@@ -328,8 +359,8 @@ class SaveOnMainProcess(MainProcessGuard):
         line = self.position(node)[0]
         stmt = next((w for w in self.ast_source.of_type(ast.With) if w.lineno == line), None)
         call = A.long_lived_writer(self.ast_source, stmt) if stmt is not None else None
-        if call is None or P.under_main_process_check(self, node):
-            return
+        if call is None or P.under_main_process_check(self, node) or self._sampled(node):
+            return  # (a file of samples: guarded as a whole, see starts)
         func = self.ast_source.function_of(stmt)
         elsewhere = False
         if func is not None and not A.called_unguarded(self.ast_source, func):
