@@ -455,7 +455,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_
     elif fmt == "json":
         click.echo(formats.to_json(diagnostics), nl=False)
     elif fmt == "sarif":
-        click.echo(formats.sarif(diagnostics), nl=False)
+        click.echo(formats.sarif(diagnostics, root=os.getcwd()), nl=False)
     else:
         click.echo(formats.github(diagnostics), nl=False)
     for warning in [] if quiet else warnings:

@@ -111,6 +111,36 @@ def test_sarif_validates_against_sarif_2_1_0(project):
     assert {r["ruleId"] for r in run["results"]} >= {"DDP302"}
     location = run["results"][0]["locations"][0]["physicalLocation"]
     assert location["region"]["startLine"] >= 1
+    assert run["columnKind"] == "unicodeCodePoints" and "%SRCROOT%" in run["originalUriBaseIds"]
+
+
+def test_sarif_columns_and_relative_uris_resolve_against_srcroot(tmp_path):
+    """SARIF says what its columns count (code points, as the text output: a
+    line with non-ASCII text before the finding) and where relative URIs start."""
+    from urllib.parse import unquote, urljoin, urlparse
+
+    folder = tmp_path / "my src"
+    folder.mkdir()
+    line = 'm = ("\u00e9\u00e9", "\U0001F600"); model = nn.DataParallel(nn.Linear(2, 2))'
+    (folder / "train.py").write_text(f"import torch\nimport torch.nn as nn\n\n{line}\n", encoding="utf-8")
+    log = json.loads(lint("my src/train.py", "--no-config", "--format", "sarif", cwd=tmp_path).stdout)
+    run = log["runs"][0]
+    assert run["columnKind"] == "unicodeCodePoints"
+    (result,) = [r for r in run["results"] if r["ruleId"] == "DDP001"]
+    location = result["locations"][0]["physicalLocation"]
+    artifact = location["artifactLocation"]
+    assert artifact["uriBaseId"] == "%SRCROOT%"
+    base = run["originalUriBaseIds"][artifact["uriBaseId"]]["uri"]
+    assert base.endswith("/")
+    resolved = Path(unquote(urlparse(urljoin(base, artifact["uri"])).path))
+    assert resolved == folder / "train.py"
+    # the column counts code points: "nn" is the 26th character of the line
+    assert location["region"]["startColumn"] == line.index("nn.DataParallel") + 1 == 26
+    assert len(line[:25].encode("utf-16-le")) // 2 == 26  # (UTF-16 would count the emoji twice)
+    # an absolute path is a file: URI of its own, not relative to %SRCROOT%
+    log = json.loads(lint(folder / "train.py", "--no-config", "--format", "sarif").stdout)
+    artifact = log["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert artifact["uri"].startswith("file://") and "uriBaseId" not in artifact
 
 
 def test_github_annotations(project):
