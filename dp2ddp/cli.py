@@ -45,8 +45,10 @@ def _internal_errors(func):
         except KeyboardInterrupt:
             if func.__name__ == "verify":
                 click.echo("dp2ddp: interrupted; the run's processes were stopped", err=True)
-            else:
+            elif kwargs.get("write") or kwargs.get("interactive") or kwargs.get("fix"):
                 click.echo("dp2ddp: interrupted; every file is either as it was or fully written", err=True)
+            else:  # --check, the diff, a lint without --fix
+                click.echo("dp2ddp: interrupted; nothing was written", err=True)
             sys.exit(130)
         except Exception as exc:  # a bug in dp2ddp
             click.echo(
@@ -171,12 +173,14 @@ def convert(
     # the fixed-point check guards writes: a dry run (diff, --check) skips it
     run = ConvertRun(
         paths, settings, exclude=exclude, include=include, workers=jobs or os.cpu_count() or 1,
-        verify=mode == "write", cache=cache,
+        verify=mode == "write", cache=cache, clean_temporary=mode == "write",
     )
     try:
         result = run.convert()
     except run.UsageError as exc:
         raise click.UsageError(str(exc))
+    for path in [] if quiet else run.removed_temporary:
+        click.echo(f"removed {path}: left by an interrupted write", err=True)
     for path, why in run.skipped:
         if skip_is_error(why):  # a folder that could not be listed was not converted
             run.write_errors.append(f"{path}: {why}")
@@ -402,11 +406,13 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_
     for source, group in groups.items():
         config = configs[source]
         cache = None if no_cache else LintCache(config.root or Path.cwd(), config)
-        run = LintRun(group, config, extra_exclude=exclude)
+        run = LintRun(group, config, extra_exclude=exclude, clean_temporary=fix)
         try:
             sources = run.read(cache)
         except ConvertRun.UsageError as exc:
             raise click.UsageError(str(exc))
+        for path in [] if quiet else run.removed_temporary:
+            click.echo(f"removed {path}: left by an interrupted write", err=True)
         for path, why in run.skipped:
             # a folder that cannot be listed is a part of the run that was not checked
             (write_errors if skip_is_error(why) else warnings).append(f"{path}: {why}")

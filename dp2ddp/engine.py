@@ -514,12 +514,10 @@ def _map(function, jobs: List, workers: int):
     program's roles are known); in-process for one worker or one job."""
     if workers <= 1 or len(jobs) <= 1 or not hasattr(os, "fork"):
         return [function(job) for job in jobs]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from dp2ddp.workers import worker_pool
 
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-        return list(pool.map(function, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+    with worker_pool(min(workers, len(jobs))) as pool:
+        return list(pool.imap(function, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
 
 
 def convert_sources(

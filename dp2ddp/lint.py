@@ -265,20 +265,19 @@ def _run_jobs(todo: Iterable, count: int, config: LintConfig, rules: List[Rule],
     flight are in memory."""
     if workers > 1 and count >= 64 and hasattr(os, "fork"):
         import itertools
-        import multiprocessing
         from collections import deque
-        from concurrent.futures import ProcessPoolExecutor
+
+        from dp2ddp.workers import worker_pool
 
         size = max(1, min(32, count // (workers * 8)))
         jobs = iter(todo)
         chunks = iter(lambda: list(itertools.islice(jobs, size)), [])
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(config,)) as pool:
-            flight = deque(pool.submit(_lint_chunk, chunk) for chunk in itertools.islice(chunks, 2 * workers))
+        with worker_pool(workers, initializer=_init_worker, initargs=(config,)) as pool:
+            flight = deque(pool.apply_async(_lint_chunk, (chunk,)) for chunk in itertools.islice(chunks, 2 * workers))
             while flight:
-                done = flight.popleft().result()
+                done = flight.popleft().get()
                 for chunk in itertools.islice(chunks, 1):
-                    flight.append(pool.submit(_lint_chunk, chunk))
+                    flight.append(pool.apply_async(_lint_chunk, (chunk,)))
                 yield from done
     else:
         for path, data, use_trigger in todo:
