@@ -175,10 +175,14 @@ def convert(
         paths, settings, exclude=exclude, include=include, workers=jobs or os.cpu_count() or 1,
         verify=mode == "write", cache=cache, clean_temporary=mode == "write",
     )
+    progress = _progress_bars() if not quiet else None
     try:
-        result = run.convert()
+        result = run.convert(progress)
     except run.UsageError as exc:
         raise click.UsageError(str(exc))
+    finally:
+        if progress is not None:
+            progress.close()
     for path in [] if quiet else run.removed_temporary:
         click.echo(f"removed {path}: left by an interrupted write", err=True)
     for path, why in run.skipped:
@@ -288,19 +292,41 @@ def _interactive(run, result) -> int:
     return EXIT_FINDINGS if run.write_errors or result.errors else EXIT_OK
 
 
-def _progress_bar():
-    """``done/total`` on stderr, redrawn in place (only used on a terminal)."""
-    state = {"last": 0.0}
+def _progress_wanted() -> bool:
+    """Progress bars go to stderr on a terminal, never into a pipe, a file or a CI log."""
+    ci = os.environ.get("CI", "").strip().lower()
+    return sys.stderr.isatty() and ci in ("", "0", "false", "no") and os.environ.get("TERM") != "dumb"
 
-    def update(done: int, total: int) -> None:
-        import time
 
-        now = time.monotonic()
-        if done == total or now - state["last"] > 0.1:
-            state["last"] = now
-            click.echo(f"\rdp2ddp: {done}/{total} files", nl=False, err=True)
+class _ProgressBars:
+    """``progress(phase, done, total)``: a tqdm bar on stderr per phase, shown
+    once a phase has run half a second (a short run draws nothing), and erased
+    when it ends."""
 
-    return update
+    def __init__(self) -> None:
+        self.phase: Optional[str] = None
+        self.bar = None
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if phase != self.phase or self.bar is None:
+            self.close()
+            self.phase = phase
+            self.bar = tqdm(
+                total=total, desc=f"dp2ddp: {phase}", unit=" files", file=sys.stderr, leave=False,
+                delay=0.5, dynamic_ncols=True,
+            )
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _progress_bars() -> Optional[_ProgressBars]:
+    return _ProgressBars() if _progress_wanted() else None
 
 
 def _codes(values) -> tuple:
@@ -416,8 +442,13 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_
         for path, why in run.skipped:
             # a folder that cannot be listed is a part of the run that was not checked
             (write_errors if skip_is_error(why) else warnings).append(f"{path}: {why}")
-        progress = _progress_bar() if sys.stderr.isatty() and len(sources) >= 200 else None
-        result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress, release=not fix)
+        bars = _progress_bars() if not quiet else None
+        progress = functools.partial(bars, "linting") if bars is not None else None
+        try:
+            result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress, release=not fix)
+        finally:
+            if bars is not None:
+                bars.close()
         # a file that could not be read is dropped from ``sources``: said once
         write_errors += result.unreadable
         if fix:
@@ -438,8 +469,6 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_
         internal_errors += [f"{crash}This is a bug in dp2ddp, please report it." for crash in result.crashes]
         if cache is not None:
             cache.save()
-        if progress is not None:
-            click.echo("\r" + " " * 40 + "\r", nl=False, err=True)
         if fmt in ("json", "sarif") and fix_edits_wanted:
             fix_edits(sources, result.diagnostics)
         diagnostics += result.diagnostics

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import os
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dp2ddp.codemods import _names as N
 from dp2ddp.codemods._model import (
@@ -38,6 +39,11 @@ from dp2ddp.codemods._model import (
 )
 from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods._facts import FileFacts, collect_facts, import_facts
+
+#: ``progress(done, total)``: how many of a pass's files are done
+Progress = Callable[[int, int], None]
+#: ``progress(phase, done, total)``, the phase "converting" or "checking"
+PhaseProgress = Callable[[str, int, int], None]
 
 if TYPE_CHECKING:  # (LibCST is imported when a file is converted, not before)
     import libcst as cst
@@ -509,15 +515,25 @@ def _finish(expanded: cst.Module, new_module: cst.Module, spelled) -> bytes:
     return restore(new_module.code, spelled).encode(new_module.encoding) if spelled else new_module.bytes
 
 
-def _map(function, jobs: List, workers: int):
+def _map(function, jobs: List, workers: int, each: Optional[Callable[[], None]] = None) -> List:
     """``map`` over a pool of forked processes (files are independent once the
-    program's roles are known); in-process for one worker or one job."""
+    program's roles are known); in-process for one worker or one job.  ``each()``
+    is called as each job is done."""
+    results = []
     if workers <= 1 or len(jobs) <= 1 or not hasattr(os, "fork"):
-        return [function(job) for job in jobs]
+        for job in jobs:
+            results.append(function(job))
+            if each is not None:
+                each()
+        return results
     from dp2ddp.workers import worker_pool
 
     with worker_pool(min(workers, len(jobs))) as pool:
-        return list(pool.imap(function, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+        for result in pool.imap(function, jobs, chunksize=max(1, len(jobs) // (workers * 4))):
+            results.append(result)
+            if each is not None:
+                each()
+    return results
 
 
 def convert_sources(
@@ -529,6 +545,7 @@ def convert_sources(
     cache=None,
     post_check: bool = True,
     only: Optional[Set[str]] = None,
+    progress: Optional[PhaseProgress] = None,
 ) -> ConvertResult:
     """Convert a whole program given as {path: bytes}.
 
@@ -540,7 +557,9 @@ def convert_sources(
     always worked out afresh: they are part of each file's key).  ``post_check``:
     lint the outputs (``self_check``) and report what the conversion left undone.
     ``only``: convert just these files, each in the role the whole program gives
-    it (what lint's JSON shows as DDP001's fix), without the checks of the whole."""
+    it (what lint's JSON shows as DDP001's fix), without the checks of the whole.
+    ``progress(phase, done, total)``: files converted ("converting"), then
+    converted again to check the fixed point ("checking")."""
     results: Dict[str, FileResult] = {}
     facts: Dict[str, FileFacts] = {}
     untouchable: Set[str] = set()  # scripts that do not use torch: never changed
@@ -618,8 +637,9 @@ def convert_sources(
             continue
         if only is None or path in only:
             jobs.append((path, result.source, role, settings, _nothing_to_do(facts[path])))
+    converting = functools.partial(progress, "converting") if progress is not None else None
     for path, output, findings, error, internal in _map_cached(
-        _convert_one, jobs, workers, cache and cache.get, cache and cache.put
+        _convert_one, jobs, workers, cache and cache.get, cache and cache.put, progress=converting
     ):
         result = results[path]
         result.output, result.findings, result.error, result.internal = output, findings, error, internal
@@ -632,7 +652,7 @@ def convert_sources(
         return ConvertResult(files=[results[p] for p in sorted(only) if p in results])
     _unsharded_data_note(results, facts, roles)
     if verify:
-        _verify(results, settings, explicit, workers, cache)
+        _verify(results, settings, explicit, workers, cache, progress)
     _withhold_half_programs(results, roles, {**passthrough, **facts})
     if post_check:
         _report_what_lint_still_finds(results)
@@ -767,15 +787,27 @@ def _facts_one(item) -> tuple:
 _PARALLEL_FACTS = 200
 
 
-def _map_cached(function, items: List, workers: int, get=None, put=None, min_parallel: int = 0) -> List[tuple]:
+def _map_cached(
+    function, items: List, workers: int, get=None, put=None, min_parallel: int = 0, progress: Optional[Progress] = None
+) -> List[tuple]:
     """``function(item)`` for every item, in order, less its last field
     (``lasting``): from ``get(item)`` where a cache has it (None: not there),
     else computed in the pool (``_map``, from ``min_parallel`` items on) and kept
     with ``put(item, result)`` when ``lasting`` says it follows from the item
-    alone (not a bug in dp2ddp, not a stack that ran out)."""
+    alone (not a bug in dp2ddp, not a stack that ran out).  ``progress(done,
+    total)`` as items are done (the cached ones first)."""
     results = [get(item) if get is not None else None for item in items]
     todo = [item for item, hit in zip(items, results) if hit is None]
-    computed = iter(_map(function, todo, workers if len(todo) >= min_parallel else 1))
+    each = None
+    if progress is not None:
+        done = [len(items) - len(todo)]
+        progress(done[0], len(items))
+
+        def each() -> None:
+            done[0] += 1
+            progress(done[0], len(items))
+
+    computed = iter(_map(function, todo, workers if len(todo) >= min_parallel else 1, each))
     for index, hit in enumerate(results):
         if hit is None:
             *result, lasting = next(computed)
@@ -786,7 +818,8 @@ def _map_cached(function, items: List, workers: int, get=None, put=None, min_par
 
 
 def _verify(
-    results: Dict[str, FileResult], settings: Settings, explicit=None, workers: int = 1, cache=None
+    results: Dict[str, FileResult], settings: Settings, explicit=None, workers: int = 1, cache=None,
+    progress: Optional[PhaseProgress] = None,
 ) -> None:
     """Every output parses, and converting the outputs again changes nothing."""
     outputs = {}
@@ -805,8 +838,10 @@ def _verify(
         outputs[path] = result.output
     if not any(r.changed for r in results.values()):
         return
+    checking = (lambda phase, done, total: progress("checking", done, total)) if progress is not None else None
     again = convert_sources(
-        outputs, settings, verify=False, explicit=explicit, workers=workers, cache=cache, post_check=False
+        outputs, settings, verify=False, explicit=explicit, workers=workers, cache=cache, post_check=False,
+        progress=checking,
     )
     for second in again.files:
         first = results[second.path]

@@ -127,7 +127,8 @@ class ConvertRun:
             self._digests[key] = digest(data)
         return sources
 
-    def convert(self):
+    def convert(self, progress=None):
+        """Read, then convert; ``progress(phase, done, total)`` as in ``convert_sources``."""
         from dp2ddp.engine import convert_sources
 
         sources = self.read()
@@ -138,6 +139,7 @@ class ConvertRun:
             explicit=explicit_files(self.paths),
             workers=self.workers,
             cache=self.cache,
+            progress=progress,
         )
         if self.cache is not None:
             self.cache.save()

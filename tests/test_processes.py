@@ -195,3 +195,74 @@ def test_a_write_killed_before_its_rename_is_cleaned_up_by_the_next_write(tmp_pa
     assert f"removed {left}: left by an interrupted write" in proc.stderr
     assert elsewhere.exists() and foreign.exists() and live.exists()
     assert b"half of a conversion" not in (root / "p0" / "train.py").read_bytes()
+
+
+def _through_a_pty(args, cwd: Path, env_extra=None) -> tuple:
+    """Run dp2ddp with stderr on a terminal (a pty); (exit code, what the terminal showed)."""
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    import fcntl
+    import struct
+    import termios
+
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # (a new pty is 0x0)
+    env = dict(os.environ, OMP_NUM_THREADS="1", DP2DDP_NO_CACHE="1", TERM="xterm", COLUMNS="100")
+    env.pop("CI", None)
+    env.update(env_extra or {})
+    shown = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # (the terminal's other side is closed)
+                return
+            if not chunk:
+                return
+            shown.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "dp2ddp", *args], cwd=cwd, env=env, stderr=slave,
+            stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL, timeout=300,
+        )
+    finally:
+        os.close(slave)
+        reader.join(10)
+        os.close(master)
+    return proc.returncode, shown.decode("utf-8", "replace")
+
+
+def test_progress_on_a_terminal_only(tmp_path):
+    root = _programs(tmp_path, 6)
+    code, shown = _through_a_pty(["convert", "--check", "-j", "1", str(root)], tmp_path)
+    assert code == 1, shown
+    assert "dp2ddp: converting" in shown and "/6" in shown and "files" in shown, shown
+    # the bar is erased: the summary is what the last line shows
+    assert shown.rstrip().split("\r\n")[-1].split("\r")[-1] == "6 files would be converted, 0 left unchanged."
+    root = _programs(tmp_path / "two", 2)  # (still longer than the bar's half-second delay)
+    code, shown = _through_a_pty(["convert", "--check", "-j", "1", "-q", str(root)], tmp_path)
+    assert "dp2ddp: converting" not in shown
+    code, shown = _through_a_pty(["convert", "--check", "-j", "1", str(root)], tmp_path, {"CI": "true"})
+    assert code == 1 and "dp2ddp: converting" not in shown
+    # piped: nothing but the report
+    env = dict(os.environ, OMP_NUM_THREADS="1", DP2DDP_NO_CACHE="1")
+    env.pop("CI", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dp2ddp", "convert", "--check", "-j", "1", str(root)], cwd=tmp_path, env=env,
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 1 and "dp2ddp: converting" not in proc.stderr and "\r" not in proc.stderr
+
+
+def test_lint_progress_on_a_terminal(tmp_path):
+    root = _lint_corpus(tmp_path)
+    code, shown = _through_a_pty(["lint", "--no-config", "-j", "1", str(root)], tmp_path)
+    assert code == 1
+    assert "dp2ddp: linting" in shown and "/200" in shown, shown[-2000:]
+    code, shown = _through_a_pty(["lint", "--no-config", "-j", "1", str(root)], tmp_path, {"CI": "true"})
+    assert code == 1 and "dp2ddp: linting" not in shown
