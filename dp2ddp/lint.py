@@ -419,19 +419,26 @@ def _respect_noqa(file):
     if not comments:
         return file
     hunks = review.hunks_of(file)
+    # a noqa suppresses the findings on its own line (as in lint): it holds a
+    # change made for such a finding, not one that only passes by its line
+    # (`torch.save(...)  # noqa: DDP304` inside the block that a DDP304 fix on
+    # the line above, and the save's own guard, rewrite together)
+    found_on = {(f.code, f.line) for f in file.findings if f.kind != "note"}
     held = False
     for hunk in hunks:
         touched = range(hunk.start + 1, max(hunk.end, hunk.start + 1) + 1)
         hunk.accepted = not any(
-            line in comments and (comments[line][0] is None or comments[line][0] & hunk.codes)
+            line in comments
+            and (comments[line][0] is None or any((code, line) in found_on for code in comments[line][0] & hunk.codes))
             for line in touched
         )
         held |= not hunk.accepted
     if not held:
         return file
     if review.check_selection({file.path: (file, hunks)}) or not any(h.accepted for h in hunks):
+        # (then nothing of the fix applies: not counted as fixed, the findings lose their [*])
         return dataclasses.replace(file, output=file.source)
-    return dataclasses.replace(file, output=review._encode(file, review.apply(file, hunks)))
+    return dataclasses.replace(file, output=review.encode_selection(file, hunks))
 
 
 def fix_edits(sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic]) -> None:

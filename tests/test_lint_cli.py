@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -232,6 +233,79 @@ def test_fix_applies_safe_fixes_and_rechecks(project):
     assert result.exit_code == 0, result.stdout
     again = lint(target, "--no-config")
     assert again.exit_code == 0
+
+
+_DDP_LOOP = """import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = DDP(nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(8, 4), torch.randn(8, 2))
+    sampler = DistributedSampler(data)
+    loader = DataLoader(data, batch_size=4, sampler=sampler)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        print("epoch", epoch, loss.item())
+        state = torch.load("ck.pt"){load_noqa}
+        torch.save(state, "best.pt"){save_noqa}{more}
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_fix_is_not_held_by_a_noqa_for_a_finding_elsewhere(tmp_path):
+    """`# noqa: DDP304` on the save line suppresses nothing there (the load is on
+    the line above): the fixes of the findings around it all apply."""
+    path = tmp_path / "train.py"
+    path.write_text(_DDP_LOOP.format(load_noqa="", save_noqa="  # noqa: DDP304", more=""))
+    result = lint(path, "--no-config", "--fix")
+    fixed = path.read_text()
+    assert "Fixed 1 file." in result.stdout
+    assert not re.search(r": DDP30[124] ", result.stdout), result.stdout
+    assert 'torch.load("ck.pt", map_location=device)' in fixed
+    assert fixed.count("dist.get_rank() == 0") == 2
+
+
+def test_fix_leaves_what_a_noqa_suppresses_and_no_helper_for_it(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(_DDP_LOOP.format(load_noqa="  # noqa: DDP304", save_noqa="", more=""))
+    result = lint(path, "--no-config", "--fix")
+    fixed = path.read_text()
+    assert "Fixed 1 file." in result.stdout and "All checks passed!" in result.stdout
+    assert 'torch.load("ck.pt")  # noqa: DDP304' in fixed
+    assert "local_rank" not in fixed and "import os" not in fixed
+
+
+def test_fix_that_a_noqa_holds_is_not_counted_and_leaves_no_dead_code(tmp_path):
+    """A reported load next to the noqa'd one: its fix and the guards rewrite one
+    block with the suppressed load, so none of it can be made; the helpers it
+    needed (`import os`, `local_rank`, `device`) must not be left behind alone,
+    and nothing is counted as fixed."""
+    path = tmp_path / "train.py"
+    source = _DDP_LOOP.format(load_noqa="  # noqa: DDP304", save_noqa="", more='\n        other = torch.load("other.pt")')
+    path.write_text(source)
+    assert "DDP304 [*]" in lint(path, "--no-config").stdout
+    result = lint(path, "--no-config", "--fix")
+    assert "Fixed" not in result.stdout
+    assert "[*]" not in result.stdout  # (the fixes were tried: they do not apply here)
+    assert "DDP302" in result.stdout and "DDP304" in result.stdout
+    assert path.read_text() == source
+    assert result.exit_code == 1
 
 
 def test_fix_leaves_unsafe_fixes_unless_asked(tmp_path):
