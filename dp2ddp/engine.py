@@ -325,6 +325,35 @@ def syntax_error(path: str, exc: Exception) -> str:
     return f"{path}:1:1: cannot parse: {exc}"
 
 
+def deepest_statement(data: bytes) -> Tuple[int, int]:
+    """(line, column), 1-based, of the statement that holds the most deeply nested
+    node of the file's ``ast`` (where a recursive walk runs out of stack: a
+    2,500-term expression); (1, 1) when CPython cannot parse it either.  Walked
+    with a stack of its own."""
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return 1, 1
+    best, where = -1, (1, 0)
+    stack = [(tree, 0, (1, 0))]
+    while stack:
+        node, depth, statement = stack.pop()
+        if isinstance(node, ast.stmt):
+            statement = (node.lineno, node.col_offset)
+        if depth > best:
+            best, where = depth, statement
+        stack.extend((child, depth + 1, statement) for child in ast.iter_child_nodes(node))
+    line, offset = where
+    lines = data.splitlines()
+    text = lines[line - 1] if line <= len(lines) else b""
+    return line, len(text[:offset].decode("utf-8", "replace")) + 1  # (ast counts UTF-8 bytes)
+
+
+def _too_deep(path: str, data: bytes, what: str) -> str:
+    line, column = deepest_statement(data)
+    return f"{path}:{line}:{column}: too deeply nested to {what} (this statement); left unchanged"
+
+
 def _check_compiles(path: str, data: bytes) -> None:
     ast.parse(data, filename=path)
 
@@ -435,7 +464,9 @@ def _convert_one(job) -> tuple:
     path, data, role, settings, skip = job
     try:
         module = _parse(path, data)
-    except (RecursionError, MemoryError) as exc:
+    except RecursionError:
+        return path, None, [], _too_deep(path, data, "convert"), False, False
+    except MemoryError as exc:
         error = syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)")
         return path, None, [], error, False, False
     except Exception as exc:  # CPython accepts it, LibCST cannot analyse it
@@ -457,7 +488,7 @@ def _convert_one(job) -> tuple:
     except InternalError as exc:
         return path, None, [], str(exc), True, False
     except RecursionError:
-        return path, None, [], f"{path}:1:1: too deeply nested to convert; left unchanged", False, False
+        return path, None, [], _too_deep(path, data, "convert"), False, False
     except Exception as exc:  # pragma: no cover - defensive
         return path, None, [], f"{path}: internal error: {exc!r}\n{traceback.format_exc()}", True, False
 
@@ -935,7 +966,7 @@ def apply_transforms(
         result.error, result.internal = str(exc), True
         return result
     except RecursionError:
-        result.error = f"{path}:1:1: too deeply nested to fix; left unchanged"
+        result.error = _too_deep(path, source, "fix")
         return result
     result.output, result.findings, result.role = output, findings, role
     return result

@@ -180,7 +180,14 @@ def discover(
             found.append(path)
 
     for given in paths:
-        if not given.exists() and not given.is_symlink():
+        if given.is_symlink():
+            problem = _named_link_problem(given)
+            if problem is not None:
+                if problem.startswith("a symbolic link to"):  # (a link out of the tree)
+                    skipped.append((given, problem))
+                    continue
+                raise DiscoveryError(f"{given}: {problem}")
+        elif not given.exists():
             raise DiscoveryError(f"{given}: no such file or directory")
         if given.is_file():
             add(given)
@@ -279,6 +286,37 @@ def _extra_excluded(extra, path: Path, root: Path, is_dir: bool) -> bool:
     if include is not None and not is_dir and not include.match_file(rel):
         return True
     return False
+
+
+def _tree_of(path: Path) -> Path:
+    """The tree a path named on the command line belongs to: its git work tree,
+    else the current folder when it lies there, else its own folder."""
+    folder = Path(os.path.abspath(path)).parent
+    root = _git_root(folder)
+    if root is not None:
+        return Path(os.path.realpath(root))
+    cwd = Path(os.path.realpath(os.getcwd()))
+    real_folder = Path(os.path.realpath(folder))
+    return cwd if _inside(real_folder, cwd) else real_folder
+
+
+def _named_link_problem(link: Path) -> Optional[str]:
+    """Why a symbolic link named on the command line is not taken (None: it is):
+    it dangles or loops (an error, as a missing path), or it leads out of its
+    tree (skipped: converting it would rewrite a file elsewhere)."""
+    try:
+        target = Path(os.path.realpath(link, strict=True))
+    except FileNotFoundError:
+        return f"no such file or directory (a symbolic link to {os.readlink(link)}, which does not exist)"
+    except (OSError, RuntimeError):
+        return "a symbolic link that loops (it never reaches a file)"
+    tree = _tree_of(link)
+    if target.is_file() and not _inside(target, tree):
+        return (
+            f"a symbolic link to {target}, outside {tree}: not taken (converting it would rewrite "
+            "that file); name the file itself to check or convert it"
+        )
+    return None
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -91,12 +91,14 @@ def lint_source(
     codes = {r.CODE for r in rules}
     try:
         text = decode(data)
-    except UnicodeDecodeError as exc:
-        line, column = decode_position(exc)
+    except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
+        if use_trigger and not _may_matter(data):
+            return FileLint([], False, [])  # (random bytes: out of scope, as for convert)
+        line, column = decode_position(exc) if isinstance(exc, UnicodeDecodeError) else (1, 1)
         return FileLint(_syntax(path, line, column, f"cannot decode the file: {exc}", codes), False, [])
-    except (SyntaxError, LookupError) as exc:
-        return FileLint(_syntax(path, 1, 1, f"cannot decode the file: {exc}", codes), False, [])
     if "\x00" in text:
+        if use_trigger and not _may_matter(data):
+            return FileLint([], False, [])
         return FileLint(_syntax(path, 1, 1, "not a Python source file (NUL bytes)", codes), False, [])
     candidates = [r for r in rules if r.CODE not in ("DDP900", "DDP901")]
     wants_noqa = "DDP901" in codes and "noqa" in text and "DDP" in text
@@ -239,6 +241,14 @@ def _apply_noqa(
 
 _WORKER_CONFIG: Optional[LintConfig] = None
 _WORKER_RULES: Optional[List[Rule]] = None
+
+
+def _may_matter(data: bytes) -> bool:
+    """convert's prefilter (``engine.may_matter``): a file that does not decode is
+    reported by both, or by neither -- one verdict."""
+    from dp2ddp.engine import may_matter
+
+    return may_matter(data)
 
 
 def _init_worker(config: LintConfig) -> None:
