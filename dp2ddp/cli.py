@@ -167,9 +167,9 @@ def convert(
     settings = Settings(batch_size=batch_size, sync_bn=sync_bn, markers=not no_markers)
     cache = None
     if not (no_cache or disabled_by_environment()):
-        from dp2ddp.cache import ConvertCache, project_root
+        from dp2ddp.cache import for_project, project_root
 
-        cache = ConvertCache(project_root(paths))
+        cache = for_project(project_root(paths))
     # the fixed-point check guards writes: a dry run (diff, --check) skips it
     run = ConvertRun(
         paths, settings, exclude=exclude, include=include, workers=jobs or os.cpu_count() or 1,
@@ -241,6 +241,8 @@ def convert(
     else:
         for file in result.errors:
             click.echo(file.error, err=True)
+        for line in report.would_change(result) if mode == "check" else []:
+            click.echo(line, err=True)
     for error in run.write_errors:
         click.echo(f"error: {error}", err=True)
     code = report.exit_code(result, mode, run.write_errors)
@@ -371,6 +373,8 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_
     """
     if no_config and config_path is not None:
         raise click.UsageError("--config and --no-config exclude each other")
+    if unsafe_fixes and not fix:
+        raise click.UsageError("--unsafe-fixes goes with --fix (--fix --unsafe-fixes)")
     if fix_edits_wanted and fmt not in ("json", "sarif"):
         raise click.UsageError("--fix-edits goes with --format json or sarif")
     import dataclasses

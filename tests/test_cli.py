@@ -55,6 +55,17 @@ def test_check_exits_1_when_a_file_would_change(project):
     assert (project / "train.py").read_bytes() == DP_SCRIPT
 
 
+def test_check_names_the_files_that_would_change_also_quietly(project):
+    result = run("convert", "--check", str(project))
+    assert f"would convert {project / 'train.py'}" in result.stderr.splitlines()
+    assert "util.py" not in result.stderr
+    quiet = run("convert", "--check", "-q", str(project))
+    assert quiet.exit_code == 1
+    assert quiet.stderr.splitlines() == [f"would convert {project / 'train.py'}"]
+    clean = run("convert", "--check", "-q", str(project / "util.py"))
+    assert clean.exit_code == 0 and clean.stderr == ""
+
+
 def test_write_then_check_is_clean(project):
     result = run("convert", "--write", str(project))
     assert result.exit_code == 0, result.output

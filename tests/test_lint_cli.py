@@ -347,6 +347,20 @@ def test_lint_does_not_import_libcst_black_or_torch(project):
     assert "heavy []" in proc.stdout
 
 
+def test_unsafe_fixes_without_fix_is_a_usage_error(project):
+    result = lint(project / "train.py", "--no-config", "--unsafe-fixes")
+    assert result.exit_code == 2
+    assert "--unsafe-fixes goes with --fix" in result.output
+
+
+def test_rule_command_shows_a_convert_code_s_own_text():
+    result = CliRunner().invoke(cli, ["rule", "DDP103"])
+    assert result.exit_code == 0
+    assert result.output.startswith("# DDP103 ")
+    assert "Batch size (DDP103" in result.output and "per_rank_batch_size" in result.output
+    assert "DDP101" not in result.output and "DistributedSampler" not in result.output
+
+
 def test_rule_command(project):
     result = CliRunner().invoke(cli, ["rule", "DDP305"])
     assert result.exit_code == 0
