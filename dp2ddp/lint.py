@@ -431,8 +431,8 @@ def _respect_noqa(file):
     hunks = review.hunks_of(file)
     # a noqa suppresses the findings on its own line (as in lint): it holds a
     # change made for such a finding, not one that only passes by its line
-    # (`torch.save(...)  # noqa: DDP304` inside the block that a DDP304 fix on
-    # the line above, and the save's own guard, rewrite together)
+    # (a save line whose noqa names DDP304, inside the block that a DDP304 fix
+    # on the line above and the save's own guard rewrite together)
     found_on = {(f.code, f.line) for f in file.findings if f.kind != "note"}
     held = False
     for hunk in hunks:
