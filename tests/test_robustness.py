@@ -337,8 +337,8 @@ def test_file_changed_on_disk_during_the_run_is_not_overwritten(tmp_path, monkey
     path.write_text(DP)
     real = runner.ConvertRun.convert
 
-    def convert_then_edit(self):
-        result = real(self)
+    def convert_then_edit(self, *args, **kwargs):
+        result = real(self, *args, **kwargs)
         path.write_text(DP + "\n# edited meanwhile\n")
         return result
 
