@@ -220,13 +220,13 @@ def test_an_entry_point_that_fails_leaves_the_modules_of_its_program_unchanged(t
 def test_crash_outside_the_engine_is_123_not_a_bare_traceback(project, monkeypatch):
     from dp2ddp import runner
 
-    def explode(self):
+    def explode(self, *args, **kwargs):
         raise KeyError("unexpected")
 
     monkeypatch.setattr(runner.ConvertRun, "convert", explode)
     result = run("convert", str(project))
     assert result.exit_code == 123
-    assert result.stderr.startswith("dp2ddp: internal error")
+    assert result.stderr.startswith("dp2ddp: internal error: KeyError('unexpected')")
     assert "This is a bug in dp2ddp" in result.stderr
 
 
