@@ -283,11 +283,11 @@ def _run_jobs(todo: Iterable, count: int, config: LintConfig, rules: List[Rule],
         jobs = iter(todo)
         chunks = iter(lambda: list(itertools.islice(jobs, size)), [])
         with worker_pool(workers, initializer=_init_worker, initargs=(config,)) as pool:
-            flight = deque(pool.apply_async(_lint_chunk, (chunk,)) for chunk in itertools.islice(chunks, 2 * workers))
+            flight = deque(pool.submit(_lint_chunk, chunk) for chunk in itertools.islice(chunks, 2 * workers))
             while flight:
-                done = flight.popleft().get()
+                done = pool.result(flight.popleft())
                 for chunk in itertools.islice(chunks, 1):
-                    flight.append(pool.apply_async(_lint_chunk, (chunk,)))
+                    flight.append(pool.submit(_lint_chunk, chunk))
                 yield from done
     else:
         for path, data, use_trigger in todo:

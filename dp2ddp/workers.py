@@ -1,6 +1,6 @@
 """A pool of forked worker processes that cannot outlive the run.
 
-``concurrent.futures.ProcessPoolExecutor`` left its workers running forever
+``concurrent.futures.ProcessPoolExecutor`` alone left its workers running forever
 (parent 1, blocked writing a result nobody reads) when the main process was
 killed (SIGTERM, SIGKILL: a cancelled CI job, a closed terminal), and on Ctrl-C
 it let them finish every queued file before the run stopped.  Here:
@@ -9,8 +9,8 @@ it let them finish every queued file before the run stopped.  Here:
   (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux); elsewhere a thread of the
   worker notices that its parent is gone and ends it;
 * workers ignore SIGINT (Ctrl-C reaches the whole foreground process group):
-  the main process gets the ``KeyboardInterrupt`` and terminates them at once;
-* leaving ``worker_pool()`` -- done or by an exception -- terminates the workers.
+  the main process gets the ``KeyboardInterrupt`` and kills them at once;
+* leaving ``worker_pool()`` by an exception kills the workers at once.
 """
 
 from __future__ import annotations
@@ -57,16 +57,48 @@ def _start_worker(parent: int, initializer: Optional[Callable], initargs: tuple)
         initializer(*initargs)
 
 
+class WorkerPool:
+    """A ``ProcessPoolExecutor`` of forked workers (which, unlike a bare
+    ``multiprocessing.Pool``, notices a worker killed from outside -- the
+    out-of-memory killer -- and raises ``BrokenProcessPool`` instead of waiting
+    forever for the job it lost)."""
+
+    def __init__(self, executor) -> None:
+        self.executor = executor
+
+    def imap(self, function: Callable, jobs, chunksize: int = 1) -> Iterator:
+        """Results in order, as they come."""
+        return self.executor.map(function, jobs, chunksize=chunksize)
+
+    def submit(self, function: Callable, *args):
+        """A future; wait for it with ``result``."""
+        return self.executor.submit(function, *args)
+
+    def result(self, pending):
+        return pending.result()
+
+
 @contextmanager
-def worker_pool(workers: int, initializer: Optional[Callable] = None, initargs: tuple = ()) -> Iterator:
-    """A ``multiprocessing`` pool of ``workers`` forked processes (``imap``,
-    ``apply_async``), terminated when the block is left."""
+def worker_pool(workers: int, initializer: Optional[Callable] = None, initargs: tuple = ()) -> Iterator[WorkerPool]:
+    """A ``WorkerPool`` of ``workers`` forked processes.  Left normally, it waits
+    for them to finish; left by an exception (Ctrl-C, a crash, a worker that
+    died), it cancels what is queued and kills the workers at once."""
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("fork")
-    pool = context.Pool(workers, initializer=_start_worker, initargs=(os.getpid(), initializer, initargs))
+    before = set(multiprocessing.active_children())
+    executor = ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(), initializer, initargs)
+    )
     try:
-        yield pool
-    finally:
-        pool.terminate()
-        pool.join()
+        yield WorkerPool(executor)
+    except BaseException:
+        executor.shutdown(wait=False, cancel_futures=True)
+        mine = [p for p in multiprocessing.active_children() if p not in before]
+        for process in mine:
+            process.kill()
+        for process in mine:
+            process.join(1)
+        raise
+    executor.shutdown(wait=True)

@@ -126,6 +126,26 @@ def test_killing_the_main_process_leaves_no_worker(tmp_path, sig, command):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_worker_killed_from_outside_ends_the_run_instead_of_hanging_it(tmp_path):
+    """(the out-of-memory killer): a pool that waited for the lost job forever
+    would hang; the run ends, says so, and leaves no worker behind."""
+    proc = _start(["convert", "--check", "-j", "2", str(_programs(tmp_path, 8))], tmp_path)
+    workers: List[int] = []
+    try:
+        workers = _wait_for_workers(proc)
+        os.kill(workers[0], signal.SIGKILL)
+        proc.wait(20)
+        left = _gone_within(workers, 5.0)
+    finally:
+        _kill([proc.pid, *workers, *_children(proc.pid)])
+        proc.wait()
+    err = (tmp_path / "stderr").read_text()
+    assert proc.returncode == 123, err
+    assert "internal error" in err and "terminated abruptly" in err
+    assert not left
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("mode", ["--check", "--write"])
 def test_ctrl_c_stops_a_conversion_at_once(tmp_path, mode):
     # (enough files that a pool which finished its queue before stopping took seconds)
