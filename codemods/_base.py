@@ -202,6 +202,27 @@ class Transform(Codemod, cst.CSTTransformer):
             return table[node]
         return table.get(node, default)
 
+    # ------------------------------------------------------------------ the module, once
+    # (the transforms ask these per node -- per wrap, per loader: generated or
+    # walked each time, a file's conversion grew with the square of its size)
+    @property
+    def module_code(self) -> str:
+        """``self.module_code``, generated once per module."""
+        module = self.module
+        cached = getattr(self, "_module_code", None)
+        if cached is None or cached[0] is not module:
+            cached = self._module_code = (module, module.code)
+        return cached[1]
+
+    @property
+    def module_calls(self) -> List[cst.Call]:
+        """Every call of the module, in source order, found once per module."""
+        module = self.module
+        cached = getattr(self, "_module_calls", None)
+        if cached is None or cached[0] is not module:
+            cached = self._module_calls = (module, P.find(module, cst.Call))
+        return cached[1]
+
     # ------------------------------------------------------------------ names
     @property
     def ast_source(self):
@@ -209,7 +230,7 @@ class Transform(Codemod, cst.CSTTransformer):
         if getattr(self, "_ast_source", None) is None:
             from ._analysis import Source
 
-            source = Source(self.context.filename or "<module>", self.module.code)
+            source = Source(self.context.filename or "<module>", self.module_code)
             # the imports an earlier transform scheduled (applied once, at the end)
             # name what it wrote: ``DistributedDataParallel`` is torch's already
             for local, full in self._scheduled_imports():
@@ -830,7 +851,7 @@ class Transform(Codemod, cst.CSTTransformer):
         it, a file that builds BatchNorm layers gets a note at its first wrap."""
         if not self.settings.sync_bn:
             if not getattr(self, "_batchnorm_noted", False) and (
-                BATCHNORM_LAYER.search(self.module.code) or self.role.program_batchnorm
+                BATCHNORM_LAYER.search(self.module_code) or self.role.program_batchnorm
             ):
                 self._batchnorm_noted = True
                 self.note(

@@ -302,7 +302,7 @@ class DataParallelToDDP(Transform):
             for assign in P.find(stmt, cst.Assign)
             for t in assign.targets
         } - {""}
-        for call in P.find(self.module, cst.Call):
+        for call in self.module_calls:
             if m.matches(call.func, m.Name("hasattr")) and len(call.args) == 2:
                 if P.dotted_name(call.args[0].value) in names and P.string_value(call.args[1].value) == "module":
                     return True
@@ -662,7 +662,7 @@ class DataParallelToDDP(Transform):
         return cst.FlattenSentinel([kept, *moved])
 
     def _note_prefix(self, at: cst.CSTNode, wraps) -> None:
-        if ("state_dict" in self.module.code or self.role.program_state_dict) and not self._unwraps_itself(wraps):
+        if ("state_dict" in self.module_code or self.role.program_state_dict) and not self._unwraps_itself(wraps):
             self.note(
                 at,
                 "the original wrapped only when it saw several GPUs, so its checkpoints from "

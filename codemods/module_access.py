@@ -331,7 +331,7 @@ class ModuleAccess(Transform):
         when the file loads it back into ``name``)."""
         return any(
             self.is_call(c, N.TORCH_SAVE) and c.args and P.dotted_name(c.args[0].value) == name
-            for c in P.find(self.module, cst.Call)
+            for c in self.module_calls
         )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:

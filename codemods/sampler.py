@@ -92,12 +92,13 @@ class DistributedSamplerTransform(Transform):
         self._batch_reported: Set[cst.CSTNode] = set()
         self._sum_noted = False
         self._contrast_noted = False
+        self._contrast_looked: Set[bool] = set()
         self._random_noted = False
         #: training loaders whose ``sampler=`` variable became a DistributedSampler -> its shuffle
         self._named_plain: Dict[cst.Call, str] = {}
 
     def visit_Module(self, node: cst.Module) -> bool:
-        if "DataLoader" not in self.module.code:
+        if "DataLoader" not in self.module_code:
             # a module of the program without loaders (models.py, losses.py): its
             # in-batch-negatives loss sees only this process's share once the
             # program's loaders are sharded
@@ -514,14 +515,14 @@ class DistributedSamplerTransform(Transform):
         script seeds every process alike (``torch.manual_seed(0)``): every process
         then draws the same numbers, where DataParallel's one process drew
         different ones for each part of the batch.  Said once."""
-        if self._random_noted or "manual_seed" not in self.module.code:
+        if self._random_noted or "manual_seed" not in self.module_code:
             return
         target = self._assigned_name(loader)
         if not target:
             return
         if not any(
             self.is_call(c, _SEEDS) and "rank" not in self.module.code_for_node(c).lower()
-            for c in P.find(self.module, cst.Call)
+            for c in self.module_calls
         ):
             return
         for loop in P.find(self.enclosing_function(loader) or self.module, cst.For):
@@ -547,8 +548,9 @@ class DistributedSamplerTransform(Transform):
         ``needs_a_loss``: (a module without loaders) only where the labels go into
         a loss -- attention's ``q @ k.transpose()`` next to ``torch.arange`` positions
         is not one."""
-        if self._contrast_noted:
+        if self._contrast_noted or needs_a_loss in self._contrast_looked:
             return
+        self._contrast_looked.add(needs_a_loss)  # (the module's answer: once per kind of question)
         node = A.in_batch_comparison(self.ast_source)
         if node is None:
             return
@@ -596,7 +598,7 @@ class DistributedSamplerTransform(Transform):
         gradients, so they come out world_size times smaller.  Said once."""
         if self._sum_noted:
             return
-        for call in P.find(self.module, cst.Call):
+        for call in self.module_calls:
             for arg in call.args:
                 keyword = arg.keyword.value if arg.keyword is not None else ""
                 summed = (keyword == "reduction" and P.string_value(arg.value) == "sum") or (
@@ -613,6 +615,7 @@ class DistributedSamplerTransform(Transform):
                         code="DDP103",
                     )
                     return
+        self._sum_noted = True  # (none in this module: the next loader need not look again)
 
     def _normalised(self, call: cst.Call) -> bool:
         """The summed loss is divided by a count where it is computed --
@@ -637,7 +640,7 @@ class DistributedSamplerTransform(Transform):
         if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
             return False
         name = P.dotted_name(assign.targets[0].target)
-        uses = [c for c in P.find(self.module, cst.Call) if name and P.dotted_name(c.func) == name]
+        uses = [c for c in self.module_calls if name and P.dotted_name(c.func) == name]
         return bool(uses) and all(divided(use) for use in uses)
 
     def _for_gradients(self, call: cst.Call) -> bool:

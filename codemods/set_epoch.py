@@ -258,7 +258,7 @@ class SetEpoch(Transform):
                 f"{loader}.sampler.set_epoch(n) each time a pass over the data starts",
             )
         elif func is not None and not any(
-            m.matches(c.func, m.Name(func.name.value)) for c in P.find(self.module, cst.Call)
+            m.matches(c.func, m.Name(func.name.value)) for c in self.module_calls
         ) and not any(isinstance(anc, cst.ClassDef) for anc in self.ancestors(func)):
             # a per-epoch function that another module calls (``for epoch in ...:
             # train_one_epoch(loader, model, opt)`` in train.py)
@@ -278,7 +278,7 @@ class SetEpoch(Transform):
     def _report_all_rank_local_stops(self) -> None:
         """Every rank-local stop of the file (the epoch loop may be in a method that
         calls the training one, or in a function that is handed the loader)."""
-        if "backward" not in self.module.code or not ("break" in self.module.code or "return" in self.module.code):
+        if "backward" not in self.module_code or not ("break" in self.module_code or "return" in self.module_code):
             return
         for stop, names in sorted(A.rank_local_stops(self.ast_source), key=lambda found: found[0].lineno):
             stmt = self.statement_at(stop.lineno)
@@ -393,7 +393,7 @@ class SetEpoch(Transform):
         if any(P.dotted_name(t.target) == loader for a in P.find(func, cst.Assign) for t in a.targets):
             return False  # (a loader of the function's own)
         placed = False
-        for call in P.find(self.module, cst.Call):
+        for call in self.module_calls:
             if not m.matches(call.func, m.Name(func.name.value)):
                 continue
             loop = self._epoch_loop_around(call)
@@ -445,7 +445,7 @@ class SetEpoch(Transform):
 
     def _calls_to(self, name: str, index: int, keyword: str, is_method: bool):
         if self._all_calls is None:
-            self._all_calls = P.find(self.module, cst.Call)
+            self._all_calls = self.module_calls
         found = []
         for call in self._all_calls:
             func = call.func

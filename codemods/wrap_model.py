@@ -100,7 +100,7 @@ class WrapModel(Transform):
     def _wrap_at_callers(self, helper: cst.FunctionDef, index: int, parameter: str, node: cst.Call) -> None:
         name = helper.name.value
         calls = [
-            c for c in P.find(self.module, cst.Call)
+            c for c in self.module_calls
             if m.matches(c.func, m.Name(name)) and self.enclosing_function(c) is not helper
         ]
         passed = [_argument(c, index, parameter) for c in calls]

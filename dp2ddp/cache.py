@@ -1,6 +1,8 @@
 """Content-hash caches (like ruff's and black's): an unchanged file is not
-analysed again.  One JSON file per configuration under ``.dp2ddp_cache/`` in
-the project (a ``.gitignore`` inside keeps it out of git); ``--no-cache`` or
+analysed again.  One JSON file per configuration: lint's under
+``.dp2ddp_cache/`` in the project (a ``.gitignore`` inside keeps it out of
+git), convert's in the user's cache folder (``user_cache_dir``), one folder
+per project, so that a diff or ``--check`` writes nothing in the tree; ``--no-cache`` or
 ``DP2DDP_NO_CACHE=1`` turns them off.  The key covers dp2ddp's version and
 code (see ``code_fingerprint``) and everything in the configuration that
 changes a result; the entry, the file's content.
@@ -69,6 +71,21 @@ def code_fingerprint() -> str:
         material = "\n".join([__version__, *stats])
         _FINGERPRINT = hashlib.blake2b(material.encode(), digest_size=8).hexdigest()
     return _FINGERPRINT
+
+
+def user_cache_dir() -> Path:
+    """The user's cache folder for dp2ddp (``$XDG_CACHE_HOME/dp2ddp``, else
+    ``~/.cache/dp2ddp``): where convert keeps its cache."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dp2ddp"
+
+
+def for_project(root: Path) -> "ConvertCache":
+    """convert's cache for the project at ``root``, in the user's cache folder
+    (as black's), one folder per project: a diff or ``--check`` run writes
+    nothing into the tree."""
+    project = hashlib.sha256(os.path.abspath(root).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return ConvertCache(root, directory=user_cache_dir() / "convert" / project)
 
 
 def project_root(paths) -> Path:
@@ -240,7 +257,9 @@ class ConvertCache:
 
     PER_PATH = 4
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, directory: Optional[Path] = None) -> None:
+        """The cache of the project at ``root``, kept in ``directory`` (default:
+        ``root/.dp2ddp_cache``; the command line's is ``for_project``'s)."""
         from importlib import metadata
 
         def version(dist: str) -> str:
@@ -263,7 +282,7 @@ class ConvertCache:
             ]
         )
         key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
-        self.directory = Path(root) / CACHE_DIR
+        self.directory = Path(directory) if directory is not None else Path(root) / CACHE_DIR
         self.path = self.directory / f"convert-{key}.json"
         data = _load(self.path)
         #: {absolute path: its latest entries, each with its "key"}, for the

@@ -45,8 +45,10 @@ def _internal_errors(func):
         except KeyboardInterrupt:
             if func.__name__ == "verify":
                 click.echo("dp2ddp: interrupted; the run's processes were stopped", err=True)
-            else:
+            elif kwargs.get("write") or kwargs.get("interactive") or kwargs.get("fix"):
                 click.echo("dp2ddp: interrupted; every file is either as it was or fully written", err=True)
+            else:  # --check, the diff, a lint without --fix
+                click.echo("dp2ddp: interrupted; nothing was written", err=True)
             sys.exit(130)
         except Exception as exc:  # a bug in dp2ddp
             click.echo(
@@ -165,18 +167,24 @@ def convert(
     settings = Settings(batch_size=batch_size, sync_bn=sync_bn, markers=not no_markers)
     cache = None
     if not (no_cache or disabled_by_environment()):
-        from dp2ddp.cache import ConvertCache, project_root
+        from dp2ddp.cache import for_project, project_root
 
-        cache = ConvertCache(project_root(paths))
+        cache = for_project(project_root(paths))
     # the fixed-point check guards writes: a dry run (diff, --check) skips it
     run = ConvertRun(
         paths, settings, exclude=exclude, include=include, workers=jobs or os.cpu_count() or 1,
-        verify=mode == "write", cache=cache,
+        verify=mode == "write", cache=cache, clean_temporary=mode == "write",
     )
+    progress = _progress_bars() if not quiet else None
     try:
-        result = run.convert()
+        result = run.convert(progress)
     except run.UsageError as exc:
         raise click.UsageError(str(exc))
+    finally:
+        if progress is not None:
+            progress.close()
+    for path in [] if quiet else run.removed_temporary:
+        click.echo(f"removed {path}: left by an interrupted write", err=True)
     for path, why in run.skipped:
         if skip_is_error(why):  # a folder that could not be listed was not converted
             run.write_errors.append(f"{path}: {why}")
@@ -233,6 +241,8 @@ def convert(
     else:
         for file in result.errors:
             click.echo(file.error, err=True)
+        for line in report.would_change(result) if mode == "check" else []:
+            click.echo(line, err=True)
     for error in run.write_errors:
         click.echo(f"error: {error}", err=True)
     code = report.exit_code(result, mode, run.write_errors)
@@ -284,19 +294,41 @@ def _interactive(run, result) -> int:
     return EXIT_FINDINGS if run.write_errors or result.errors else EXIT_OK
 
 
-def _progress_bar():
-    """``done/total`` on stderr, redrawn in place (only used on a terminal)."""
-    state = {"last": 0.0}
+def _progress_wanted() -> bool:
+    """Progress bars go to stderr on a terminal, never into a pipe, a file or a CI log."""
+    ci = os.environ.get("CI", "").strip().lower()
+    return sys.stderr.isatty() and ci in ("", "0", "false", "no") and os.environ.get("TERM") != "dumb"
 
-    def update(done: int, total: int) -> None:
-        import time
 
-        now = time.monotonic()
-        if done == total or now - state["last"] > 0.1:
-            state["last"] = now
-            click.echo(f"\rdp2ddp: {done}/{total} files", nl=False, err=True)
+class _ProgressBars:
+    """``progress(phase, done, total)``: a tqdm bar on stderr per phase, shown
+    once a phase has run half a second (a short run draws nothing), and erased
+    when it ends."""
 
-    return update
+    def __init__(self) -> None:
+        self.phase: Optional[str] = None
+        self.bar = None
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if phase != self.phase or self.bar is None:
+            self.close()
+            self.phase = phase
+            self.bar = tqdm(
+                total=total, desc=f"dp2ddp: {phase}", unit=" files", file=sys.stderr, leave=False,
+                delay=0.5, dynamic_ncols=True,
+            )
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _progress_bars() -> Optional[_ProgressBars]:
+    return _ProgressBars() if _progress_wanted() else None
 
 
 def _codes(values) -> tuple:
@@ -341,6 +373,8 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_
     """
     if no_config and config_path is not None:
         raise click.UsageError("--config and --no-config exclude each other")
+    if unsafe_fixes and not fix:
+        raise click.UsageError("--unsafe-fixes goes with --fix (--fix --unsafe-fixes)")
     if fix_edits_wanted and fmt not in ("json", "sarif"):
         raise click.UsageError("--fix-edits goes with --format json or sarif")
     import dataclasses
@@ -402,16 +436,23 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_
     for source, group in groups.items():
         config = configs[source]
         cache = None if no_cache else LintCache(config.root or Path.cwd(), config)
-        run = LintRun(group, config, extra_exclude=exclude)
+        run = LintRun(group, config, extra_exclude=exclude, clean_temporary=fix)
         try:
             sources = run.read(cache)
         except ConvertRun.UsageError as exc:
             raise click.UsageError(str(exc))
+        for path in [] if quiet else run.removed_temporary:
+            click.echo(f"removed {path}: left by an interrupted write", err=True)
         for path, why in run.skipped:
             # a folder that cannot be listed is a part of the run that was not checked
             (write_errors if skip_is_error(why) else warnings).append(f"{path}: {why}")
-        progress = _progress_bar() if sys.stderr.isatty() and len(sources) >= 200 else None
-        result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress, release=not fix)
+        bars = _progress_bars() if not quiet else None
+        progress = functools.partial(bars, "linting") if bars is not None else None
+        try:
+            result = lint_sources(sources, config, workers=workers, cache=cache, progress=progress, release=not fix)
+        finally:
+            if bars is not None:
+                bars.close()
         # a file that could not be read is dropped from ``sources``: said once
         write_errors += result.unreadable
         if fix:
@@ -432,8 +473,6 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_
         internal_errors += [f"{crash}This is a bug in dp2ddp, please report it." for crash in result.crashes]
         if cache is not None:
             cache.save()
-        if progress is not None:
-            click.echo("\r" + " " * 40 + "\r", nl=False, err=True)
         if fmt in ("json", "sarif") and fix_edits_wanted:
             fix_edits(sources, result.diagnostics)
         diagnostics += result.diagnostics
@@ -455,7 +494,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_
     elif fmt == "json":
         click.echo(formats.to_json(diagnostics), nl=False)
     elif fmt == "sarif":
-        click.echo(formats.sarif(diagnostics), nl=False)
+        click.echo(formats.sarif(diagnostics, root=os.getcwd()), nl=False)
     else:
         click.echo(formats.github(diagnostics), nl=False)
     for warning in [] if quiet else warnings:

@@ -17,6 +17,7 @@ override it.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,8 @@ def _load_toml(path: Path) -> dict:
 
 def find_pyproject(paths: Sequence[Path]) -> Optional[Path]:
     """The nearest pyproject.toml with a [tool.dp2ddp] table above the paths."""
-    starts = [Path(p).resolve() for p in paths] or [Path.cwd()]
+    # (realpath: a path that loops or dangles is named as it is, not an exception)
+    starts = [Path(os.path.realpath(p)) for p in paths] or [Path.cwd()]
     start = starts[0] if len(starts) == 1 else Path(_common(starts))
     if start.is_file():
         start = start.parent

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import os
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dp2ddp.codemods import _names as N
 from dp2ddp.codemods._model import (
@@ -38,6 +39,11 @@ from dp2ddp.codemods._model import (
 )
 from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods._facts import FileFacts, collect_facts, import_facts
+
+#: ``progress(done, total)``: how many of a pass's files are done
+Progress = Callable[[int, int], None]
+#: ``progress(phase, done, total)``, the phase "converting" or "checking"
+PhaseProgress = Callable[[str, int, int], None]
 
 if TYPE_CHECKING:  # (LibCST is imported when a file is converted, not before)
     import libcst as cst
@@ -332,6 +338,35 @@ def syntax_error(path: str, exc: Exception) -> str:
     return f"{path}:1:1: cannot parse: {exc}"
 
 
+def deepest_statement(data: bytes) -> Tuple[int, int]:
+    """(line, column), 1-based, of the statement that holds the most deeply nested
+    node of the file's ``ast`` (where a recursive walk runs out of stack: a
+    2,500-term expression); (1, 1) when CPython cannot parse it either.  Walked
+    with a stack of its own."""
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return 1, 1
+    best, where = -1, (1, 0)
+    stack = [(tree, 0, (1, 0))]
+    while stack:
+        node, depth, statement = stack.pop()
+        if isinstance(node, ast.stmt):
+            statement = (node.lineno, node.col_offset)
+        if depth > best:
+            best, where = depth, statement
+        stack.extend((child, depth + 1, statement) for child in ast.iter_child_nodes(node))
+    line, offset = where
+    lines = data.splitlines()
+    text = lines[line - 1] if line <= len(lines) else b""
+    return line, len(text[:offset].decode("utf-8", "replace")) + 1  # (ast counts UTF-8 bytes)
+
+
+def _too_deep(path: str, data: bytes, what: str) -> str:
+    line, column = deepest_statement(data)
+    return f"{path}:{line}:{column}: too deeply nested to {what} (this statement); left unchanged"
+
+
 def _check_compiles(path: str, data: bytes) -> None:
     ast.parse(data, filename=path)
 
@@ -442,7 +477,9 @@ def _convert_one(job) -> tuple:
     path, data, role, settings, skip = job
     try:
         module = _parse(path, data)
-    except (RecursionError, MemoryError) as exc:
+    except RecursionError:
+        return path, None, [], _too_deep(path, data, "convert"), False, False
+    except MemoryError as exc:
         error = syntax_error(path, exc).replace("cannot parse", "cannot analyse (LibCST)")
         return path, None, [], error, False, False
     except Exception as exc:  # CPython accepts it, LibCST cannot analyse it
@@ -464,7 +501,7 @@ def _convert_one(job) -> tuple:
     except InternalError as exc:
         return path, None, [], str(exc), True, False
     except RecursionError:
-        return path, None, [], f"{path}:1:1: too deeply nested to convert; left unchanged", False, False
+        return path, None, [], _too_deep(path, data, "convert"), False, False
     except Exception as exc:  # pragma: no cover - defensive
         return path, None, [], f"{path}: internal error: {exc!r}\n{traceback.format_exc()}", True, False
 
@@ -522,17 +559,25 @@ def _finish(expanded: cst.Module, new_module: cst.Module, spelled) -> bytes:
     return restore(new_module.code, spelled).encode(new_module.encoding) if spelled else new_module.bytes
 
 
-def _map(function, jobs: List, workers: int):
+def _map(function, jobs: List, workers: int, each: Optional[Callable[[], None]] = None) -> List:
     """``map`` over a pool of forked processes (files are independent once the
-    program's roles are known); in-process for one worker or one job."""
+    program's roles are known); in-process for one worker or one job.  ``each()``
+    is called as each job is done."""
+    results = []
     if workers <= 1 or len(jobs) <= 1 or not hasattr(os, "fork"):
-        return [function(job) for job in jobs]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+        for job in jobs:
+            results.append(function(job))
+            if each is not None:
+                each()
+        return results
+    from dp2ddp.workers import worker_pool
 
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-        return list(pool.map(function, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+    with worker_pool(min(workers, len(jobs))) as pool:
+        for result in pool.imap(function, jobs, chunksize=max(1, len(jobs) // (workers * 4))):
+            results.append(result)
+            if each is not None:
+                each()
+    return results
 
 
 def convert_sources(
@@ -545,6 +590,7 @@ def convert_sources(
     post_check: bool = True,
     only: Optional[Set[str]] = None,
     context: Optional[Mapping[str, bytes]] = None,
+    progress: Optional[PhaseProgress] = None,
 ) -> ConvertResult:
     """Convert a whole program given as {path: bytes}.
 
@@ -559,7 +605,9 @@ def convert_sources(
     it (what lint's JSON shows as DDP001's fix), without the checks of the whole.
     ``context``: modules of the program that were not given ({path: bytes}, e.g.
     the ``generate.py`` that ``dp2ddp convert train.py`` imports): read for their
-    facts (what their functions do with the model handed to them), never converted."""
+    facts (what their functions do with the model handed to them), never converted.
+    ``progress(phase, done, total)``: files converted ("converting"), then
+    converted again to check the fixed point ("checking")."""
     results: Dict[str, FileResult] = {}
     facts: Dict[str, FileFacts] = {}
     untouchable: Set[str] = set()  # scripts that do not use torch: never changed
@@ -642,8 +690,9 @@ def convert_sources(
             continue
         if only is None or path in only:
             jobs.append((path, result.source, role, settings, _nothing_to_do(facts[path])))
+    converting = functools.partial(progress, "converting") if progress is not None else None
     for path, output, findings, error, internal in _map_cached(
-        _convert_one, jobs, workers, cache and cache.get, cache and cache.put
+        _convert_one, jobs, workers, cache and cache.get, cache and cache.put, progress=converting
     ):
         result = results[path]
         result.output, result.findings, result.error, result.internal = output, findings, error, internal
@@ -656,7 +705,7 @@ def convert_sources(
         return ConvertResult(files=[results[p] for p in sorted(only) if p in results])
     _unsharded_data_note(results, facts, roles)
     if verify:
-        _verify(results, settings, explicit, workers, cache)
+        _verify(results, settings, explicit, workers, cache, progress)
     _withhold_half_programs(results, roles, {**passthrough, **facts})
     if post_check:
         _report_what_lint_still_finds(results)
@@ -791,15 +840,27 @@ def _facts_one(item) -> tuple:
 _PARALLEL_FACTS = 200
 
 
-def _map_cached(function, items: List, workers: int, get=None, put=None, min_parallel: int = 0) -> List[tuple]:
+def _map_cached(
+    function, items: List, workers: int, get=None, put=None, min_parallel: int = 0, progress: Optional[Progress] = None
+) -> List[tuple]:
     """``function(item)`` for every item, in order, less its last field
     (``lasting``): from ``get(item)`` where a cache has it (None: not there),
     else computed in the pool (``_map``, from ``min_parallel`` items on) and kept
     with ``put(item, result)`` when ``lasting`` says it follows from the item
-    alone (not a bug in dp2ddp, not a stack that ran out)."""
+    alone (not a bug in dp2ddp, not a stack that ran out).  ``progress(done,
+    total)`` as items are done (the cached ones first)."""
     results = [get(item) if get is not None else None for item in items]
     todo = [item for item, hit in zip(items, results) if hit is None]
-    computed = iter(_map(function, todo, workers if len(todo) >= min_parallel else 1))
+    each = None
+    if progress is not None:
+        done = [len(items) - len(todo)]
+        progress(done[0], len(items))
+
+        def each() -> None:
+            done[0] += 1
+            progress(done[0], len(items))
+
+    computed = iter(_map(function, todo, workers if len(todo) >= min_parallel else 1, each))
     for index, hit in enumerate(results):
         if hit is None:
             *result, lasting = next(computed)
@@ -810,7 +871,8 @@ def _map_cached(function, items: List, workers: int, get=None, put=None, min_par
 
 
 def _verify(
-    results: Dict[str, FileResult], settings: Settings, explicit=None, workers: int = 1, cache=None
+    results: Dict[str, FileResult], settings: Settings, explicit=None, workers: int = 1, cache=None,
+    progress: Optional[PhaseProgress] = None,
 ) -> None:
     """Every output parses, and converting the outputs again changes nothing."""
     outputs = {}
@@ -829,8 +891,10 @@ def _verify(
         outputs[path] = result.output
     if not any(r.changed for r in results.values()):
         return
+    checking = (lambda phase, done, total: progress("checking", done, total)) if progress is not None else None
     again = convert_sources(
-        outputs, settings, verify=False, explicit=explicit, workers=workers, cache=cache, post_check=False
+        outputs, settings, verify=False, explicit=explicit, workers=workers, cache=cache, post_check=False,
+        progress=checking,
     )
     for second in again.files:
         first = results[second.path]
@@ -924,7 +988,7 @@ def apply_transforms(
         result.error, result.internal = str(exc), True
         return result
     except RecursionError:
-        result.error = f"{path}:1:1: too deeply nested to fix; left unchanged"
+        result.error = _too_deep(path, source, "fix")
         return result
     result.output, result.findings, result.role = output, findings, role
     return result

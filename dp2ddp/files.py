@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import fnmatch
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -179,7 +180,14 @@ def discover(
             found.append(path)
 
     for given in paths:
-        if not given.exists() and not given.is_symlink():
+        if given.is_symlink():
+            problem = _named_link_problem(given)
+            if problem is not None:
+                if problem.startswith("a symbolic link to"):  # (a link out of the tree)
+                    skipped.append((given, problem))
+                    continue
+                raise DiscoveryError(f"{given}: {problem}")
+        elif not given.exists():
             raise DiscoveryError(f"{given}: no such file or directory")
         if given.is_file():
             add(given)
@@ -280,6 +288,37 @@ def _extra_excluded(extra, path: Path, root: Path, is_dir: bool) -> bool:
     return False
 
 
+def _tree_of(path: Path) -> Path:
+    """The tree a path named on the command line belongs to: its git work tree,
+    else the current folder when it lies there, else its own folder."""
+    folder = Path(os.path.abspath(path)).parent
+    root = _git_root(folder)
+    if root is not None:
+        return Path(os.path.realpath(root))
+    cwd = Path(os.path.realpath(os.getcwd()))
+    real_folder = Path(os.path.realpath(folder))
+    return cwd if _inside(real_folder, cwd) else real_folder
+
+
+def _named_link_problem(link: Path) -> Optional[str]:
+    """Why a symbolic link named on the command line is not taken (None: it is):
+    it dangles or loops (an error, as a missing path), or it leads out of its
+    tree (skipped: converting it would rewrite a file elsewhere)."""
+    try:
+        target = Path(os.path.realpath(link, strict=True))
+    except FileNotFoundError:
+        return f"no such file or directory (a symbolic link to {os.readlink(link)}, which does not exist)"
+    except (OSError, RuntimeError):
+        return "a symbolic link that loops (it never reaches a file)"
+    tree = _tree_of(link)
+    if target.is_file() and not _inside(target, tree):
+        return (
+            f"a symbolic link to {target}, outside {tree}: not taken (converting it would rewrite "
+            "that file); name the file itself to check or convert it"
+        )
+    return None
+
+
 def _inside(path: Path, root: Path) -> bool:
     try:
         path.relative_to(root)
@@ -376,7 +415,9 @@ def write_atomic(path: Path, data: bytes, expected_digest: Optional[str] = None)
     st = target.stat()
     if not st.st_mode & 0o222 or not os.access(target, os.W_OK):
         raise ReadOnlyFile(f"{path}: read-only file, not rewritten (make it writable to convert it)")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".dp2ddp.tmp", dir=target.parent)
+    # (the writer's pid in the name: a later run removes the file once that
+    # process is gone -- killed between this and the rename)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}-", suffix=TEMPORARY_SUFFIX, dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -398,3 +439,57 @@ def write_atomic(path: Path, data: bytes, expected_digest: Optional[str] = None)
         except OSError:
             pass
         raise
+
+
+TEMPORARY_SUFFIX = ".dp2ddp.tmp"
+#: ``write_atomic``'s temporary file for ``name``: ``.<name>.<pid>-<random>.dp2ddp.tmp``
+#: (before the pid was in the name: ``.<name>.<random>.dp2ddp.tmp``)
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?:(?P<pid>[0-9]+)-)?[a-z0-9_]{8}\.dp2ddp\.tmp\Z")
+#: a temporary file without a pid older than this is left over, not being written
+_OLD_TEMPORARY_SECONDS = 60.0
+
+
+def _writer_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's process)
+        return True
+    return True
+
+
+def stale_temporary_files(files: Iterable[Path]) -> List[Path]:
+    """The temporary files that an interrupted ``write_atomic`` (a SIGKILL
+    between writing and renaming) left beside ``files``: named for one of them,
+    and whose writer is gone (or, without a pid in the name, old)."""
+    import time
+
+    by_folder: Dict[str, set] = {}
+    for path in files:
+        by_folder.setdefault(os.path.dirname(str(path)) or ".", set()).add(os.path.basename(str(path)))
+    stale: List[Path] = []
+    now = time.time()
+    for folder, names in by_folder.items():
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            match = _TEMPORARY.match(entry.name) if entry.name.endswith(TEMPORARY_SUFFIX) else None
+            if match is None or match["name"] not in names:
+                continue
+            try:
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                if match["pid"] is not None:
+                    if _writer_alive(int(match["pid"])):
+                        continue
+                elif now - entry.stat(follow_symlinks=False).st_mtime < _OLD_TEMPORARY_SECONDS:
+                    continue
+            except OSError:
+                continue
+            stale.append(Path(folder, entry.name))
+    return sorted(stale)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Sequence
+import os
+from typing import Dict, List, Optional, Sequence
 
 from dp2ddp import __version__
 from dp2ddp.codemods.rules import BY_CODE, Diagnostic
@@ -40,7 +41,18 @@ def to_json(diagnostics: Sequence[Diagnostic]) -> str:
     return json.dumps([d.to_dict() for d in diagnostics], indent=2) + "\n"
 
 
-def sarif(diagnostics: Sequence[Diagnostic]) -> str:
+#: SARIF's name for the folder that relative artifact URIs are resolved against
+SRCROOT = "%SRCROOT%"
+
+
+def sarif(diagnostics: Sequence[Diagnostic], root: Optional[str] = None) -> str:
+    """A SARIF 2.1.0 log.  A finding's relative path is a URI relative to
+    ``root`` (the folder the paths are relative to: the current one), named
+    ``%SRCROOT%`` in ``originalUriBaseIds``; columns count code points
+    (``columnKind``), as the text output's do."""
+    from pathlib import Path
+
+    root_uri = Path(root if root is not None else os.getcwd()).absolute().as_uri().rstrip("/") + "/"
     used = sorted({d.code for d in diagnostics} | set(BY_CODE))
     rules: List[Dict] = []
     index = {}
@@ -69,7 +81,7 @@ def sarif(diagnostics: Sequence[Diagnostic]) -> str:
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": _uri(d.path)},
+                        "artifactLocation": _artifact(d.path),
                         "region": {
                             "startLine": d.line,
                             "startColumn": d.column,
@@ -96,6 +108,8 @@ def sarif(diagnostics: Sequence[Diagnostic]) -> str:
                         "rules": rules,
                     }
                 },
+                "originalUriBaseIds": {SRCROOT: {"uri": root_uri}},
+                "columnKind": "unicodeCodePoints",
                 "results": results,
             }
         ],
@@ -127,6 +141,11 @@ def github(diagnostics: Sequence[Diagnostic]) -> str:
         )
         lines.append(f"::{_GITHUB_LEVEL[d.severity]} {props}::{_escape_data(d.code + ' ' + d.message)}")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _artifact(path: str) -> Dict[str, str]:
+    uri = _uri(path)
+    return {"uri": uri} if uri.startswith("file:") else {"uri": uri, "uriBaseId": SRCROOT}
 
 
 def _uri(path: str) -> str:

@@ -91,12 +91,14 @@ def lint_source(
     codes = {r.CODE for r in rules}
     try:
         text = decode(data)
-    except UnicodeDecodeError as exc:
-        line, column = decode_position(exc)
+    except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
+        if use_trigger and not _may_matter(data):
+            return FileLint([], False, [])  # (random bytes: out of scope, as for convert)
+        line, column = decode_position(exc) if isinstance(exc, UnicodeDecodeError) else (1, 1)
         return FileLint(_syntax(path, line, column, f"cannot decode the file: {exc}", codes), False, [])
-    except (SyntaxError, LookupError) as exc:
-        return FileLint(_syntax(path, 1, 1, f"cannot decode the file: {exc}", codes), False, [])
     if "\x00" in text:
+        if use_trigger and not _may_matter(data):
+            return FileLint([], False, [])
         return FileLint(_syntax(path, 1, 1, "not a Python source file (NUL bytes)", codes), False, [])
     candidates = [r for r in rules if r.CODE not in ("DDP900", "DDP901")]
     wants_noqa = "DDP901" in codes and "noqa" in text and "DDP" in text
@@ -241,6 +243,14 @@ _WORKER_CONFIG: Optional[LintConfig] = None
 _WORKER_RULES: Optional[List[Rule]] = None
 
 
+def _may_matter(data: bytes) -> bool:
+    """convert's prefilter (``engine.may_matter``): a file that does not decode is
+    reported by both, or by neither -- one verdict."""
+    from dp2ddp.engine import may_matter
+
+    return may_matter(data)
+
+
 def _init_worker(config: LintConfig) -> None:
     global _WORKER_CONFIG, _WORKER_RULES
     _WORKER_CONFIG, _WORKER_RULES = config, selected_rules(config)
@@ -265,18 +275,17 @@ def _run_jobs(todo: Iterable, count: int, config: LintConfig, rules: List[Rule],
     flight are in memory."""
     if workers > 1 and count >= 64 and hasattr(os, "fork"):
         import itertools
-        import multiprocessing
         from collections import deque
-        from concurrent.futures import ProcessPoolExecutor
+
+        from dp2ddp.workers import worker_pool
 
         size = max(1, min(32, count // (workers * 8)))
         jobs = iter(todo)
         chunks = iter(lambda: list(itertools.islice(jobs, size)), [])
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(config,)) as pool:
+        with worker_pool(workers, initializer=_init_worker, initargs=(config,)) as pool:
             flight = deque(pool.submit(_lint_chunk, chunk) for chunk in itertools.islice(chunks, 2 * workers))
             while flight:
-                done = flight.popleft().result()
+                done = pool.result(flight.popleft())
                 for chunk in itertools.islice(chunks, 1):
                     flight.append(pool.submit(_lint_chunk, chunk))
                 yield from done
@@ -420,19 +429,26 @@ def _respect_noqa(file):
     if not comments:
         return file
     hunks = review.hunks_of(file)
+    # a noqa suppresses the findings on its own line (as in lint): it holds a
+    # change made for such a finding, not one that only passes by its line
+    # (a save line whose noqa names DDP304, inside the block that a DDP304 fix
+    # on the line above and the save's own guard rewrite together)
+    found_on = {(f.code, f.line) for f in file.findings if f.kind != "note"}
     held = False
     for hunk in hunks:
         touched = range(hunk.start + 1, max(hunk.end, hunk.start + 1) + 1)
         hunk.accepted = not any(
-            line in comments and (comments[line][0] is None or comments[line][0] & hunk.codes)
+            line in comments
+            and (comments[line][0] is None or any((code, line) in found_on for code in comments[line][0] & hunk.codes))
             for line in touched
         )
         held |= not hunk.accepted
     if not held:
         return file
     if review.check_selection({file.path: (file, hunks)}) or not any(h.accepted for h in hunks):
+        # (then nothing of the fix applies: not counted as fixed, the findings lose their [*])
         return dataclasses.replace(file, output=file.source)
-    return dataclasses.replace(file, output=review._encode(file, review.apply(file, hunks)))
+    return dataclasses.replace(file, output=review.encode_selection(file, hunks))
 
 
 def fix_edits(sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic]) -> None:

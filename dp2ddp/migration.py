@@ -205,13 +205,12 @@ SLURM = """#!/usr/bin/env bash
 #SBATCH --job-name={job}
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node=8
-#SBATCH --cpus-per-task=32
+{gpus}#SBATCH --cpus-per-task=32
 #SBATCH --time=24:00:00
 set -euo pipefail
 RDZV_HOST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 RDZV_PORT="${{RDZV_PORT:-29400}}"
-{defaults}{cd}srun torchrun --nnodes="$SLURM_NNODES" --nproc_per_node="${{SLURM_GPUS_ON_NODE:-gpu}}" \\
+{defaults}{cd}srun torchrun --nnodes="$SLURM_NNODES" --nproc_per_node={slurm_nproc} \\
     --rdzv_backend=c10d --rdzv_endpoint="$RDZV_HOST:$RDZV_PORT" --rdzv_id="$SLURM_JOB_ID" \\
     {script} "$@"
 """
@@ -263,12 +262,24 @@ def emit_launch(directory: Path, entries: Sequence[str], nproc: str = "gpu") -> 
                 override = "SCRIPT=/path/to/the/entry.py overrides where the training script is"
             text = template.format(
                 script=where, display=_comment(entry), job=job, name=_comment(name), cd=cd,
-                nproc=nproc, defaults=defaults, override=override,
+                nproc=nproc, defaults=defaults, override=override, **_slurm_processes(nproc),
             )
             path.write_text(text, encoding="utf-8")
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
             written.append(path)
     return written
+
+
+def _slurm_processes(nproc: str) -> Dict[str, str]:
+    """The Slurm file's GPUs per node and torchrun's processes per node, from
+    ``--nproc-per-node``: a number is both (4 -> ``--gpus-per-node=4``, 4
+    processes); ``gpu`` asks for 8 GPUs and runs one process per GPU allocated;
+    ``cpu``/``auto``/``xpu`` ask for no GPU and pass the word on to torchrun."""
+    if nproc.isdigit():
+        return {"gpus": f"#SBATCH --gpus-per-node={nproc}\n", "slurm_nproc": nproc}
+    if nproc == "gpu":
+        return {"gpus": "#SBATCH --gpus-per-node=8\n", "slurm_nproc": '"${SLURM_GPUS_ON_NODE:-gpu}"'}
+    return {"gpus": "", "slurm_nproc": nproc}
 
 
 def _in_dir(script: str) -> str:

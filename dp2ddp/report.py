@@ -56,6 +56,12 @@ def diff(file: FileResult, color: bool = False) -> str:
     return "".join(out)
 
 
+def would_change(result: ConvertResult) -> List[str]:
+    """``would convert PATH`` for each file ``--check`` finds would change (as
+    black's ``would reformat``): said under ``-q`` too."""
+    return [f"would convert {file.path}" for file in sorted(result.changed, key=lambda f: f.path)]
+
+
 def summary(
     result: ConvertResult,
     mode: Optional[str],
@@ -67,6 +73,8 @@ def summary(
         if file.error is not None:
             prefix = "internal error" if file.internal else "error"
             lines.append(f"{prefix}: {file.error}")
+    if mode == "check":
+        lines += would_change(result)
     manual = [f for file in result.files for f in file.findings if f.kind == "manual"]
     notes = [f for file in result.files for f in file.findings if f.kind == "note"]
     # a file written now: its findings at their lines in the new file (the old one is gone)

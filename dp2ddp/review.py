@@ -15,6 +15,7 @@ A selection is refused (nothing written, a message says why) when:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import builtins
 import difflib
 from dataclasses import dataclass, field
@@ -116,6 +117,11 @@ def apply(file: FileResult, hunks: Sequence[Hunk]) -> str:
     return "".join(out)
 
 
+def encode_selection(file: FileResult, hunks: Sequence[Hunk]) -> bytes:
+    """The file with the accepted hunks applied, in the file's own encoding."""
+    return _encode(file, apply(file, hunks))
+
+
 def _encode(file: FileResult, text: str) -> bytes:
     import io
     import tokenize
@@ -158,7 +164,34 @@ def check_selection(files: Dict[str, Tuple[FileResult, List[Hunk]]]) -> List[str
         newly_undefined = _undefined(tree) - _undefined(original)
         for name in sorted(newly_undefined):
             problems.append(f"{path}: `{name}` is used but only a rejected change defines it")
+        if not all(h.accepted for h in hunks):
+            # dead code: what a kept change defines for a rejected one (an added
+            # `import os`, `local_rank = ...`, `device = ...`, a helper function)
+            whole = ast.parse(apply(file, [dataclasses.replace(h, accepted=True) for h in hunks]))
+            dead = _unused(tree) - _unused(original) - _unused(whole)
+            for name in sorted(dead):
+                problems.append(f"{path}: `{name}` is defined by a kept change but only a rejected change uses it")
     return problems
+
+
+def _unused(tree: ast.AST) -> Set[str]:
+    """Names bound (assigned, imported, defined) but never loaded in the module
+    (a coarse check, as ``_undefined``)."""
+    bound: Set[str] = set()
+    loaded: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                bound.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            loaded.update(node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+            loaded.add(node.value)  # (``__all__``, ``getattr(module, "name")``)
+    return bound - loaded
 
 
 def _undefined(tree: ast.AST) -> Set[str]:

@@ -47,10 +47,19 @@ def convert_code(code: str) -> Optional[str]:
     from dp2ddp.codemods import TRANSFORMS
 
     for transform in TRANSFORMS:
-        if transform.CODE == code or _CONVERT_ALSO.get(code) == transform.NAME:
-            doc = inspect.getdoc(sys.modules[transform.__module__]) or ""
+        doc = inspect.getdoc(sys.modules[transform.__module__]) or ""
+        if transform.CODE == code:
             return (
                 f"# {code} (reported by `dp2ddp convert`, transform {transform.NAME})\n\n"
                 f"{transform.DESCRIPTION}\n\n{doc}\n"
+            )
+        if _CONVERT_ALSO.get(code) == transform.NAME:
+            # a code of a part of the transform: that part's paragraphs, not the
+            # transform's own (DDP103 is the batch size, not DDP101's sampler)
+            own = [p for p in doc.split("\n\n") if code in p]
+            return (
+                f"# {code} (reported by `dp2ddp convert`, part of transform {transform.NAME})\n\n"
+                + "\n\n".join(own or [doc])
+                + "\n"
             )
     return None

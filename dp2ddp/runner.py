@@ -10,7 +10,16 @@ import os
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from dp2ddp.files import DiscoveryError, SourceFiles, WriteRefused, digest, discover, stat_key, write_atomic
+from dp2ddp.files import (
+    DiscoveryError,
+    SourceFiles,
+    WriteRefused,
+    digest,
+    discover,
+    stale_temporary_files,
+    stat_key,
+    write_atomic,
+)
 
 # The engine (LibCST) is imported only by what converts: `dp2ddp lint` must start fast.
 
@@ -41,6 +50,22 @@ def _write(path: str, data: bytes, expected_digest, errors: List[str]) -> bool:
     return True
 
 
+def remove_stale_temporary_files(files: Sequence[Path], errors: List[str]) -> List[Path]:
+    """Remove what an interrupted write left beside ``files`` (see
+    ``stale_temporary_files``); returns those removed, errors into ``errors``."""
+    removed = []
+    for path in stale_temporary_files(files):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            errors.append(f"{path}: cannot remove this temporary file of an interrupted write: {exc.strerror or exc}")
+            continue
+        removed.append(path)
+    return removed
+
+
 def explicit_files(paths: Sequence[Path]) -> set:
     """The files named on the command line (not found by walking a folder)."""
     return {str(p) for p in paths if Path(p).is_file()}
@@ -59,9 +84,13 @@ class ConvertRun:
         workers: int = 1,
         verify: bool = True,
         cache=None,
+        clean_temporary: bool = False,
     ) -> None:
         from dp2ddp.codemods._model import Settings
 
+        #: remove the temporary files an interrupted write left beside the files (a run that writes)
+        self.clean_temporary = clean_temporary
+        self.removed_temporary: List[Path] = []
         #: a ``ConvertCache`` (None: convert every file)
         self.cache = cache
         self.workers = workers
@@ -79,6 +108,8 @@ class ConvertRun:
             files, self.skipped = discover(self.paths, exclude=self.exclude, include=self.include)
         except DiscoveryError as exc:
             raise self.UsageError(str(exc)) from exc
+        if self.clean_temporary:
+            self.removed_temporary = remove_stale_temporary_files(files, self.write_errors)
         from dp2ddp.engine import FileResult
 
         sources: Dict[str, bytes] = {}
@@ -96,7 +127,8 @@ class ConvertRun:
             self._digests[key] = digest(data)
         return sources
 
-    def convert(self):
+    def convert(self, progress=None):
+        """Read, then convert; ``progress(phase, done, total)`` as in ``convert_sources``."""
         from dp2ddp.engine import convert_sources
 
         sources = self.read()
@@ -109,6 +141,7 @@ class ConvertRun:
             workers=self.workers,
             cache=self.cache,
             context=left_out,
+            progress=progress,
         )
         if self.cache is not None:
             self.cache.save()
@@ -225,7 +258,12 @@ class ConvertRun:
 class LintRun:
     """A lint run on the file system: discover, read, lint, fix."""
 
-    def __init__(self, paths: Sequence[Path], config, extra_exclude: Sequence[str] = ()) -> None:
+    def __init__(
+        self, paths: Sequence[Path], config, extra_exclude: Sequence[str] = (), clean_temporary: bool = False
+    ) -> None:
+        #: as ``ConvertRun.clean_temporary`` (``--fix``)
+        self.clean_temporary = clean_temporary
+        self.removed_temporary: List[Path] = []
         self.paths = [Path(p) for p in paths]
         self.config = config
         self.extra_exclude = extra_exclude
@@ -241,6 +279,8 @@ class LintRun:
             files, self.skipped = discover(self.paths, exclude=self.extra_exclude)
         except DiscoveryError as exc:
             raise ConvertRun.UsageError(str(exc)) from exc
+        if self.clean_temporary:
+            self.removed_temporary = remove_stale_temporary_files(files, self.write_errors)
         spec = None
         if self.config.exclude:
             import pathspec

@@ -55,6 +55,17 @@ def test_check_exits_1_when_a_file_would_change(project):
     assert (project / "train.py").read_bytes() == DP_SCRIPT
 
 
+def test_check_names_the_files_that_would_change_also_quietly(project):
+    result = run("convert", "--check", str(project))
+    assert f"would convert {project / 'train.py'}" in result.stderr.splitlines()
+    assert "util.py" not in result.stderr
+    quiet = run("convert", "--check", "-q", str(project))
+    assert quiet.exit_code == 1
+    assert quiet.stderr.splitlines() == [f"would convert {project / 'train.py'}"]
+    clean = run("convert", "--check", "-q", str(project / "util.py"))
+    assert clean.exit_code == 0 and clean.stderr == ""
+
+
 def test_write_then_check_is_clean(project):
     result = run("convert", "--write", str(project))
     assert result.exit_code == 0, result.output
@@ -209,13 +220,13 @@ def test_an_entry_point_that_fails_leaves_the_modules_of_its_program_unchanged(t
 def test_crash_outside_the_engine_is_123_not_a_bare_traceback(project, monkeypatch):
     from dp2ddp import runner
 
-    def explode(self):
+    def explode(self, *args, **kwargs):
         raise KeyError("unexpected")
 
     monkeypatch.setattr(runner.ConvertRun, "convert", explode)
     result = run("convert", str(project))
     assert result.exit_code == 123
-    assert result.stderr.startswith("dp2ddp: internal error")
+    assert result.stderr.startswith("dp2ddp: internal error: KeyError('unexpected')")
     assert "This is a bug in dp2ddp" in result.stderr
 
 

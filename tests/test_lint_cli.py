@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,6 +112,36 @@ def test_sarif_validates_against_sarif_2_1_0(project):
     assert {r["ruleId"] for r in run["results"]} >= {"DDP302"}
     location = run["results"][0]["locations"][0]["physicalLocation"]
     assert location["region"]["startLine"] >= 1
+    assert run["columnKind"] == "unicodeCodePoints" and "%SRCROOT%" in run["originalUriBaseIds"]
+
+
+def test_sarif_columns_and_relative_uris_resolve_against_srcroot(tmp_path):
+    """SARIF says what its columns count (code points, as the text output: a
+    line with non-ASCII text before the finding) and where relative URIs start."""
+    from urllib.parse import unquote, urljoin, urlparse
+
+    folder = tmp_path / "my src"
+    folder.mkdir()
+    line = 'm = ("\u00e9\u00e9", "\U0001F600"); model = nn.DataParallel(nn.Linear(2, 2))'
+    (folder / "train.py").write_text(f"import torch\nimport torch.nn as nn\n\n{line}\n", encoding="utf-8")
+    log = json.loads(lint("my src/train.py", "--no-config", "--format", "sarif", cwd=tmp_path).stdout)
+    run = log["runs"][0]
+    assert run["columnKind"] == "unicodeCodePoints"
+    (result,) = [r for r in run["results"] if r["ruleId"] == "DDP001"]
+    location = result["locations"][0]["physicalLocation"]
+    artifact = location["artifactLocation"]
+    assert artifact["uriBaseId"] == "%SRCROOT%"
+    base = run["originalUriBaseIds"][artifact["uriBaseId"]]["uri"]
+    assert base.endswith("/")
+    resolved = Path(unquote(urlparse(urljoin(base, artifact["uri"])).path))
+    assert resolved == folder / "train.py"
+    # the column counts code points: "nn" is the 26th character of the line
+    assert location["region"]["startColumn"] == line.index("nn.DataParallel") + 1 == 26
+    assert len(line[:25].encode("utf-16-le")) // 2 == 26  # (UTF-16 would count the emoji twice)
+    # an absolute path is a file: URI of its own, not relative to %SRCROOT%
+    log = json.loads(lint(folder / "train.py", "--no-config", "--format", "sarif").stdout)
+    artifact = log["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert artifact["uri"].startswith("file://") and "uriBaseId" not in artifact
 
 
 def test_github_annotations(project):
@@ -204,6 +235,79 @@ def test_fix_applies_safe_fixes_and_rechecks(project):
     assert again.exit_code == 0
 
 
+_DDP_LOOP = """import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = DDP(nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(8, 4), torch.randn(8, 2))
+    sampler = DistributedSampler(data)
+    loader = DataLoader(data, batch_size=4, sampler=sampler)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        print("epoch", epoch, loss.item())
+        state = torch.load("ck.pt"){load_noqa}
+        torch.save(state, "best.pt"){save_noqa}{more}
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_fix_is_not_held_by_a_noqa_for_a_finding_elsewhere(tmp_path):
+    """`# noqa: DDP304` on the save line suppresses nothing there (the load is on
+    the line above): the fixes of the findings around it all apply."""
+    path = tmp_path / "train.py"
+    path.write_text(_DDP_LOOP.format(load_noqa="", save_noqa="  # noqa: DDP304", more=""))
+    result = lint(path, "--no-config", "--fix")
+    fixed = path.read_text()
+    assert "Fixed 1 file." in result.stdout
+    assert not re.search(r": DDP30[124] ", result.stdout), result.stdout
+    assert 'torch.load("ck.pt", map_location=device)' in fixed
+    assert fixed.count("dist.get_rank() == 0") == 2
+
+
+def test_fix_leaves_what_a_noqa_suppresses_and_no_helper_for_it(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(_DDP_LOOP.format(load_noqa="  # noqa: DDP304", save_noqa="", more=""))
+    result = lint(path, "--no-config", "--fix")
+    fixed = path.read_text()
+    assert "Fixed 1 file." in result.stdout and "All checks passed!" in result.stdout
+    assert 'torch.load("ck.pt")  # noqa: DDP304' in fixed
+    assert "local_rank" not in fixed and "import os" not in fixed
+
+
+def test_fix_that_a_noqa_holds_is_not_counted_and_leaves_no_dead_code(tmp_path):
+    """A reported load next to the noqa'd one: its fix and the guards rewrite one
+    block with the suppressed load, so none of it can be made; the helpers it
+    needed (`import os`, `local_rank`, `device`) must not be left behind alone,
+    and nothing is counted as fixed."""
+    path = tmp_path / "train.py"
+    source = _DDP_LOOP.format(load_noqa="  # noqa: DDP304", save_noqa="", more='\n        other = torch.load("other.pt")')
+    path.write_text(source)
+    assert "DDP304 [*]" in lint(path, "--no-config").stdout
+    result = lint(path, "--no-config", "--fix")
+    assert "Fixed" not in result.stdout
+    assert "[*]" not in result.stdout  # (the fixes were tried: they do not apply here)
+    assert "DDP302" in result.stdout and "DDP304" in result.stdout
+    assert path.read_text() == source
+    assert result.exit_code == 1
+
+
 def test_fix_leaves_unsafe_fixes_unless_asked(tmp_path):
     path = tmp_path / "loaders.py"
     shutil.copy(RULES / "DDP101" / "bad_train_loader.py", path)
@@ -241,6 +345,20 @@ def test_lint_does_not_import_libcst_black_or_torch(project):
     proc = subprocess.run([sys.executable, "-c", code, str(project / "train.py")], capture_output=True, text=True)
     assert "exit 1" in proc.stdout, proc.stderr
     assert "heavy []" in proc.stdout
+
+
+def test_unsafe_fixes_without_fix_is_a_usage_error(project):
+    result = lint(project / "train.py", "--no-config", "--unsafe-fixes")
+    assert result.exit_code == 2
+    assert "--unsafe-fixes goes with --fix" in result.output
+
+
+def test_rule_command_shows_a_convert_code_s_own_text():
+    result = CliRunner().invoke(cli, ["rule", "DDP103"])
+    assert result.exit_code == 0
+    assert result.output.startswith("# DDP103 ")
+    assert "Batch size (DDP103" in result.output and "per_rank_batch_size" in result.output
+    assert "DDP101" not in result.output and "DistributedSampler" not in result.output
 
 
 def test_rule_command(project):

@@ -93,6 +93,24 @@ def test_emitted_launch_files_run_the_converted_script(project, tmp_path):
     assert (project / "final.pt").exists()
 
 
+@pytest.mark.parametrize("nproc", ["4", "gpu", "cpu"])
+def test_the_slurm_file_runs_the_processes_per_node_asked_for(tmp_path, nproc):
+    from dp2ddp.migration import emit_launch
+
+    (tmp_path / "train.py").write_text("import torch\n")
+    written = {p.suffix: p.read_text() for p in emit_launch(tmp_path / "launch", [str(tmp_path / "train.py")], nproc)}
+    slurm = written[".slurm"]
+    subprocess.run(["bash", "-n", str(tmp_path / "launch" / "train.slurm")], check=True)
+    assert f'NPROC_PER_NODE="${{NPROC_PER_NODE:-{nproc}}}"' in written[".sh"]
+    if nproc == "4":
+        assert "#SBATCH --gpus-per-node=4\n" in slurm and "--nproc_per_node=4 " in slurm
+        assert "SLURM_GPUS_ON_NODE" not in slurm and "=8" not in slurm
+    elif nproc == "gpu":  # one process per GPU that Slurm allocates
+        assert "#SBATCH --gpus-per-node=8\n" in slurm and '--nproc_per_node="${SLURM_GPUS_ON_NODE:-gpu}"' in slurm
+    else:  # no GPU asked for on a CPU run
+        assert "--gpus-per-node" not in slurm and "--nproc_per_node=cpu " in slurm
+
+
 def _torchrun_through_rank_log(tmp_path) -> Path:
     """A folder with a ``torchrun`` that runs the script through tests/support/rank_log.py
     (which leaves without the interpreter's teardown: see its docstring)."""
@@ -453,11 +471,13 @@ def test_a_damaged_cache_file_is_ignored(program, damaged):
 
 def test_convert_cache_on_the_command_line(program, tmp_path, monkeypatch):
     monkeypatch.delenv("DP2DDP_NO_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
     (program / "pyproject.toml").write_text('[project]\nname = "prog"\n')
-    monkeypatch.chdir(tmp_path)  # the cache goes to the project, not here
+    monkeypatch.chdir(tmp_path)
     runs = [CliRunner().invoke(cli, ["convert", "-j", "1", str(program)]) for _ in range(2)]
-    assert not (tmp_path / ".dp2ddp_cache").exists()
-    cache_files = list((program / ".dp2ddp_cache").glob("convert-*.json"))
+    # the diff writes nothing here nor in the project: the cache is the user's
+    assert not (tmp_path / ".dp2ddp_cache").exists() and not (program / ".dp2ddp_cache").exists()
+    cache_files = list((tmp_path / "user-cache" / "dp2ddp" / "convert").glob("*/convert-*.json"))
     assert len(cache_files) == 1
     cache_files[0].write_text("{not json")  # a damaged cache is ignored
     runs.append(CliRunner().invoke(cli, ["convert", "-j", "1", str(program)]))
@@ -475,12 +495,29 @@ def test_convert_cache_on_the_command_line(program, tmp_path, monkeypatch):
     monkeypatch.chdir(elsewhere)
     CliRunner().invoke(cli, ["convert", "-j", "1", str(elsewhere)])
     assert not (elsewhere / ".dp2ddp_cache").exists()
+    assert len(list((tmp_path / "user-cache" / "dp2ddp" / "convert").iterdir())) == 1
+
+
+def test_the_diff_creates_no_cache_folder_in_the_current_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("DP2DDP_NO_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    project = tmp_path / "clone"
+    shutil.copytree(MULTI, project)
+    (project / "pyproject.toml").write_text('[project]\nname = "prog"\n')
+    monkeypatch.chdir(project)  # the quick start: in the clone, on a file of it
+    before = sorted(p.name for p in project.iterdir())
+    result = CliRunner().invoke(cli, ["convert", "-j", "1", "train.py"])
+    assert "DistributedDataParallel(" in result.stdout
+    assert sorted(p.name for p in project.iterdir()) == before
+    # the cache is kept, in the user's cache folder
+    assert list((tmp_path / "user-cache" / "dp2ddp" / "convert").glob("*/convert-*.json"))
 
 
 def test_convert_answered_from_the_cache_does_not_import_libcst(program, monkeypatch):
     """A warm ``convert --check`` (CI on an unchanged repository) costs what reading
     the files and the cache costs: LibCST (0.3 s to import) and black stay unloaded."""
     monkeypatch.delenv("DP2DDP_NO_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(program.parent / "user-cache"))
     (program / "pyproject.toml").write_text('[project]\nname = "prog"\n')
     code = (
         "import sys\n"

@@ -337,8 +337,8 @@ def test_file_changed_on_disk_during_the_run_is_not_overwritten(tmp_path, monkey
     path.write_text(DP)
     real = runner.ConvertRun.convert
 
-    def convert_then_edit(self):
-        result = real(self)
+    def convert_then_edit(self, *args, **kwargs):
+        result = real(self, *args, **kwargs)
         path.write_text(DP + "\n# edited meanwhile\n")
         return result
 
@@ -577,10 +577,23 @@ def test_deep_nesting_and_a_form_feed_are_left_alone_without_an_internal_error(t
     before = {p: p.read_bytes() for p in (deep, feed, calm)}
     result = convert("--write", deep, feed, calm)  # named: each is part of the conversion
     assert result.exit_code == 1  # two files could not be converted
-    assert "deep.py:1:1: too deeply nested" in result.stderr
+    assert "deep.py:2:1: too deeply nested" in result.stderr  # (the statement's line)
     assert "feed.py:3:1: LibCST cannot reproduce this file byte for byte" in result.stderr
     assert "internal error" not in result.output
     assert {p: p.read_bytes() for p in before} == before
+
+
+def test_a_long_expression_cpython_compiles_is_named_at_its_line(tmp_path):
+    """A 2,500-term sum (CPython compiles it; LibCST's recursion runs out) is
+    named where it is, not at 1:1."""
+    source = "import torch\n\n\ndef f():\n    y = 2\n    x = (" + " + ".join(["y"] * 2500) + ")\n    return x\n"
+    compile(source, "deep.py", "exec")
+    deep = tmp_path / "deep.py"
+    deep.write_text(source)
+    result = convert("--check", deep)
+    assert result.exit_code == 1
+    assert f"{deep}:6:5: too deeply nested to convert" in result.stderr, result.stderr
+    assert deep.read_text() == source
 
 
 def test_one_line_forms_are_converted_and_the_result_runs_under_torchrun(tmp_path):
@@ -738,3 +751,59 @@ if __name__ == "__main__":
     assert "    inputs, targets = torch.randn(64, 4).to(device), torch.randn(64, 1).to(device)\n" in out
     assert 's = "keep  # dp2ddp-spelled:0 this"\n' in out
     assert "def per_rank_batch_size(n): return n * 2\n" in out
+
+
+def _lint(*args, cwd=None):
+    old = os.getcwd()
+    try:
+        if cwd:
+            os.chdir(cwd)
+        return CliRunner().invoke(cli, ["lint", "--no-config", *map(str, args)], catch_exceptions=False)
+    finally:
+        os.chdir(old)
+
+
+def test_links_named_on_the_command_line_that_loop_or_dangle_are_errors(tmp_path):
+    (tmp_path / "loop.py").symlink_to("loop.py")
+    (tmp_path / "dangling.py").symlink_to("missing.py")
+    for name, why in (("loop.py", "a symbolic link that loops"), ("dangling.py", "no such file or directory")):
+        for run in (_lint, convert):
+            result = run(name, cwd=tmp_path)
+            assert result.exit_code == 2, (name, run, result.output)  # a usage error, as a missing path
+            assert f"{name}: {why}" in result.output
+            assert "internal error" not in result.output
+
+
+def test_a_link_named_on_the_command_line_to_a_file_outside_the_tree_is_not_taken(tmp_path):
+    outside = tmp_path / "elsewhere" / "train.py"
+    outside.parent.mkdir()
+    outside.write_text(DP)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "link.py").symlink_to(outside)
+    (project / "inside.py").write_text(DP)
+    (project / "inner.py").symlink_to(project / "inside.py")  # (a link within the tree: taken)
+    result = convert("--write", "link.py", "inner.py", cwd=project)
+    assert f"skipped link.py: a symbolic link to {outside}, outside {project}" in result.stderr
+    assert outside.read_text() == DP  # not rewritten through the link
+    assert (project / "inside.py").read_text() != DP
+    lint = _lint("link.py", cwd=project)
+    assert f"skipped link.py: a symbolic link to {outside}" in lint.stderr
+
+
+def test_a_random_binary_py_gets_one_verdict_from_convert_and_lint(tmp_path):
+    import random
+
+    rng = random.Random(3)
+    noise = bytes(rng.randrange(256) for _ in range(3000))
+    assert b"torch" not in noise and b"DataParallel" not in noise and b"__main__" not in noise
+    (tmp_path / "noise.py").write_bytes(noise)
+    converted, linted = convert("--check", "noise.py", cwd=tmp_path), _lint("noise.py", cwd=tmp_path)
+    # out of scope for both (it never mentions torch), as a text file without torch is
+    assert converted.exit_code == 0 and "1 left unchanged" in converted.stderr
+    assert linted.exit_code == 0 and "DDP900" not in linted.output
+    # with torch in it, both report that it does not decode
+    (tmp_path / "noise.py").write_bytes(b"import torch\n" + noise)
+    converted, linted = convert("--check", "noise.py", cwd=tmp_path), _lint("noise.py", cwd=tmp_path)
+    assert converted.exit_code == 1 and "noise.py:" in converted.stderr and "cannot decode" in converted.stderr
+    assert linted.exit_code == 1 and "DDP900 cannot decode" in linted.output

@@ -1,0 +1,104 @@
+"""A pool of forked worker processes that cannot outlive the run.
+
+``concurrent.futures.ProcessPoolExecutor`` alone left its workers running forever
+(parent 1, blocked writing a result nobody reads) when the main process was
+killed (SIGTERM, SIGKILL: a cancelled CI job, a closed terminal), and on Ctrl-C
+it let them finish every queued file before the run stopped.  Here:
+
+* each worker asks the kernel to kill it when its parent dies
+  (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux); elsewhere a thread of the
+  worker notices that its parent is gone and ends it;
+* workers ignore SIGINT (Ctrl-C reaches the whole foreground process group):
+  the main process gets the ``KeyboardInterrupt`` and kills them at once;
+* leaving ``worker_pool()`` by an exception kills the workers at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
+
+#: prctl(2)'s option: the signal the kernel sends this process when its parent dies
+PR_SET_PDEATHSIG = 1
+
+
+def _kernel_kills_orphans() -> bool:
+    """Ask Linux to SIGKILL this process when its parent dies; False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        arg = ctypes.c_ulong
+        return libc.prctl(PR_SET_PDEATHSIG, arg(int(signal.SIGKILL)), arg(0), arg(0), arg(0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+def _start_worker(parent: int, initializer: Optional[Callable], initargs: tuple) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not _kernel_kills_orphans():
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+class WorkerPool:
+    """A ``ProcessPoolExecutor`` of forked workers (which, unlike a bare
+    ``multiprocessing.Pool``, notices a worker killed from outside -- the
+    out-of-memory killer -- and raises ``BrokenProcessPool`` instead of waiting
+    forever for the job it lost)."""
+
+    def __init__(self, executor) -> None:
+        self.executor = executor
+
+    def imap(self, function: Callable, jobs, chunksize: int = 1) -> Iterator:
+        """Results in order, as they come."""
+        return self.executor.map(function, jobs, chunksize=chunksize)
+
+    def submit(self, function: Callable, *args):
+        """A future; wait for it with ``result``."""
+        return self.executor.submit(function, *args)
+
+    def result(self, pending):
+        return pending.result()
+
+
+@contextmanager
+def worker_pool(workers: int, initializer: Optional[Callable] = None, initargs: tuple = ()) -> Iterator[WorkerPool]:
+    """A ``WorkerPool`` of ``workers`` forked processes.  Left normally, it waits
+    for them to finish; left by an exception (Ctrl-C, a crash, a worker that
+    died), it cancels what is queued and kills the workers at once."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("fork")
+    before = set(multiprocessing.active_children())
+    executor = ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(), initializer, initargs)
+    )
+    try:
+        yield WorkerPool(executor)
+    except BaseException:
+        executor.shutdown(wait=False, cancel_futures=True)
+        mine = [p for p in multiprocessing.active_children() if p not in before]
+        for process in mine:
+            process.kill()
+        for process in mine:
+            process.join(1)
+        raise
+    executor.shutdown(wait=True)
