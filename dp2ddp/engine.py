@@ -65,6 +65,9 @@ class FileResult:
     internal: bool = False
     role: Optional[FileRole] = None
     skipped: bool = False
+    #: what ``dp2ddp lint`` still reports on the output at its default --fail-on,
+    #: "line:col: CODE message" in the output's lines (``self_check.SelfCheck``)
+    still_linted: List[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -720,8 +723,11 @@ def _report_what_lint_still_finds(results: Dict[str, FileResult]) -> None:
         for path, r in results.items()
         if r.changed and r.error is None and r.output is not None
     }
-    for path, missed in self_check.check(converted).items():
+    checked = self_check.check(converted)
+    for path, missed in checked.missed.items():
         results[path].findings.extend(missed)
+    for path, still in checked.still_linted.items():
+        results[path].still_linted = still
 
 
 def _program(entry: str, graph: Mapping[str, Set[str]]) -> Set[str]:

@@ -101,6 +101,10 @@ def summary(
         lines.append("Notes:")
         for f in sorted(notes, key=lambda f: (f.path, f.line)):
             lines.append(f"  {place(f)}: {f.code} {f.message}")
+    still = [(f.path, line) for f in sorted(result.files, key=lambda f: f.path) for line in f.still_linted]
+    if still:
+        lines.append("dp2ddp lint will still report on the converted code (warnings, lint's default --fail-on):")
+        lines.extend(f"  {path}:{line}" for path, line in still)
     # "converted" means converted: a file with a spot left for a human is incomplete
     partial = [f for f in result.files if f.error is None and incomplete(f.findings)]
     done = written if mode == "write" else result.changed

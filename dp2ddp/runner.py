@@ -201,6 +201,21 @@ class ConvertRun:
                 for candidate in module_files(base, name)
                 if candidate in left_out_paths
             }
+            wrapping = sorted(
+                os.path.relpath(p) for p, data in left_out.items()
+                if os.path.relpath(p) in missing and b"DataParallel(" in data
+            )
+            if wrapping:
+                # (the model is wrapped there: DDP here would nest over it, none leaves it undistributed)
+                entry.findings.append(
+                    Finding(
+                        "DDP001", "manual", 1, 1,
+                        f"{', '.join(wrapping)}, which this entry point imports, wraps the model in DataParallel "
+                        "and was not given: it stays DataParallel and every rank trains its own copy; convert it "
+                        "too (name it, or convert the project's folder)",
+                        "process-group-setup", entry.path,
+                    )
+                )
             if missing:
                 entry.findings.append(
                     Finding(

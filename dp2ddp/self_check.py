@@ -15,7 +15,7 @@ then *incomplete* in the summary and convert exits 1.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from dp2ddp.codemods._model import MARKER, Finding
 
@@ -37,20 +37,47 @@ def leaves_it_half_distributed(code: str, severity: str) -> bool:
     return severity == "error" or code in HALF_DISTRIBUTED_WARNINGS
 
 
-def check(outputs: Dict[str, Tuple[bytes, bytes, List[Finding]]]) -> Dict[str, List[Finding]]:
-    """{path: (source, output, convert's findings)} of the converted files ->
-    {path: the findings lint has on the output that convert did not report}, in
-    the source's lines (as convert's own findings are)."""
+class SelfCheck(NamedTuple):
+    #: {path: the findings lint has on the output that leave the program half
+    #: distributed and that convert did not report}, in the source's lines
+    missed: Dict[str, List[Finding]]
+    #: {path: "line:col: CODE message (why)"} of the other findings at lint's
+    #: default --fail-on (warnings) that ``dp2ddp lint`` will still report on the
+    #: converted file, in the output's lines: convert's summary says so, and why
+    still_linted: Dict[str, List[str]]
+
+
+#: why a warning lint still reports on a file converted from DataParallel is left there
+_LEFT_ON_PURPOSE = {
+    "DDP303": (
+        "kept on purpose: the checkpoint keeps the 'module.' keys DataParallel's checkpoints had, "
+        "so old and new checkpoints load alike; add '# noqa: DDP303' there to keep it so"
+    ),
+}
+
+
+def check(outputs: Dict[str, Tuple[bytes, bytes, List[Finding]]]) -> SelfCheck:
+    """{path: (source, output, convert's findings)} of the converted files -> what
+    lint still finds on the outputs (``SelfCheck``)."""
     from dp2ddp.config import LintConfig
     from dp2ddp.lint import lint_sources
 
     if not outputs:
-        return {}
-    linted = lint_sources({path: output for path, (_, output, _) in outputs.items()}, LintConfig())
+        return SelfCheck({}, {})
+    config = LintConfig()
+    linted = lint_sources({path: output for path, (_, output, _) in outputs.items()}, config)
     missed: Dict[str, List[Finding]] = {}
+    still_linted: Dict[str, List[str]] = {}
     converted: Dict[str, _Output] = {}  # (built once per file, for its first finding)
     for diagnostic in linted.diagnostics:
         if not leaves_it_half_distributed(diagnostic.code, diagnostic.severity):
+            if diagnostic.severity == "warning" and diagnostic.code not in _NOT_ABOUT_THE_CONVERSION:
+                from_data_parallel = any(f.code == "DDP001" and f.kind == "change" for f in outputs[diagnostic.path][2])
+                why = _LEFT_ON_PURPOSE.get(diagnostic.code, "") if from_data_parallel else ""
+                still_linted.setdefault(diagnostic.path, []).append(
+                    f"{diagnostic.line}:{diagnostic.column}: {diagnostic.code} {diagnostic.message}"
+                    + (f" -- {why}" if why else "")
+                )
             continue
         source, output, findings = outputs[diagnostic.path]
         if diagnostic.path not in converted:
@@ -72,7 +99,7 @@ def check(outputs: Dict[str, Tuple[bytes, bytes, List[Finding]]]) -> Dict[str, L
                 TRANSFORM, diagnostic.path,
             )
         )
-    return missed
+    return SelfCheck(missed, still_linted)
 
 
 class _Output:

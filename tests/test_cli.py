@@ -518,3 +518,19 @@ if __name__ == "__main__":
     (module,) = [f for f in result.files if f.path == "contrast.py"]
     spots = [f for f in module.findings if f.kind == "manual" and f.code == "DDP103"]
     assert spots and "self.args.batch_size" in spots[0].message and spots[0].line == 10
+
+
+def test_convert_says_what_lint_will_still_report_on_its_output(tmp_path):
+    """A DataParallel script that saves model.state_dict(): the converted one keeps
+    the 'module.' keys on purpose, and lint (default --fail-on warning) reports
+    DDP303 there -- convert's summary says so, and why, at the line lint shows."""
+    import shutil
+
+    shutil.copy(FIXTURES / "e2e" / "grad_accum" / "before" / "train.py", tmp_path / "train.py")
+    converted = run("convert", "--no-cache", "--write", "train.py", cwd=tmp_path)
+    assert "dp2ddp lint will still report on the converted code" in converted.output
+    said = [line.strip() for line in converted.output.splitlines() if "DDP303" in line and "kept on purpose" in line]
+    linted = run("lint", "train.py", cwd=tmp_path)
+    assert linted.exit_code == 1
+    found = [line for line in linted.output.splitlines() if "DDP303" in line]
+    assert said and found and said[0].startswith(found[0].split(" ", 1)[0])  # (the same path:line:col)
