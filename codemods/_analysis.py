@@ -2232,11 +2232,13 @@ def _output_layers(src: Source, model: str) -> List[Set[str]]:
     classes = {c.name: c for c in src.of_type(ast.ClassDef)}
     cls = None
     for value in bound_values(src, model):
-        while isinstance(value, ast.Call) and (
-            isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda")
-            or src.qualname(value.func) in N.DATA_PARALLEL | N.DDP
-        ):
-            value = value.func.value if isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda") else (value.args[0] if value.args else None)
+        while isinstance(value, ast.Call):  # (through .to(device), .cuda(), DataParallel(...), DDP(...))
+            if isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda"):
+                value = value.func.value
+            elif src.qualname(value.func) in N.DATA_PARALLEL | N.DDP and value.args:
+                value = value.args[0]
+            else:
+                break
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in classes:
             cls = classes[value.func.id]
     forward = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)

@@ -76,6 +76,7 @@ class ModuleAccess(Transform):
         self._handed_the_module: Dict[cst.Call, str] = {}
         #: ``model = torch.load(f)`` of a model saved whole, wrapped in DDP again
         self._rewrapped_loads: Set[cst.Assign] = set()
+        self._imported: Optional[Dict[str, ModelAttributeFunction]] = None  # (_imported_functions)
 
     def visit_Module(self, node: cst.Module) -> None:
         wraps: List[Tuple[cst.Assign, str]] = []
@@ -103,7 +104,9 @@ class ModuleAccess(Transform):
         functions (``def train_step(x): hidden = rnn.init_hidden(...)``): those
         functions see the wrapper too -- unless one also runs before the wrap."""
         for function in (s for s in self.module.body if isinstance(s, cst.FunctionDef)):
-            if not _uses_global(function, name) or not _needs_the_module(function, name):
+            if not _uses_global(function, name) or not (
+                _needs_the_module(function, name) or self._saved_whole(name, function)
+            ):
                 continue  # (calls, train()/eval(), parameters(): DDP provides them)
             if self._called_before(function, self.module, line):
                 continue
@@ -168,6 +171,11 @@ class ModuleAccess(Transform):
         """The functions of the modules this file imports that read their
         parameters' own attributes (``FileRole.imported_model_functions``), by the
         names this file imports them as (``from generate import generate``)."""
+        if self._imported is None:
+            self._imported = self._find_imported_functions()
+        return self._imported
+
+    def _find_imported_functions(self) -> Dict[str, ModelAttributeFunction]:
         imported = {
             alias: qualname for alias, qualname in self.ast_source.aliases.items()
             if "." in qualname and not qualname.startswith(("torch.", "builtins."))
@@ -186,12 +194,7 @@ class ModuleAccess(Transform):
         ``decoder.init_hidden``: DDP has no such attribute.  A function that neither
         trains nor is called where the model trains (its forward would bypass DDP's
         gradient sync) gets ``decoder.module``; otherwise it is reported."""
-        received = [
-            function.params[index]
-            for index, arg in enumerate(a for a in call.args if a.keyword is None and not a.star)
-            if P.dotted_name(arg.value) == name and index < len(function.params)
-        ]
-        received += [a.keyword.value for a in call.args if a.keyword is not None and P.dotted_name(a.value) == name]
+        received = _parameters_receiving(call, function.params, name)
         attributes = dict(function.attributes)
         needed = [(p, attributes[p]) for p in received if p in attributes]
         if not needed:
@@ -269,13 +272,7 @@ class ModuleAccess(Transform):
         params = [p.name.value for p in callee.params.params]
         if cls is not None and "staticmethod" not in decorators:
             params = params[1:]  # self (or cls)
-        received = [
-            params[index]
-            for index, arg in enumerate(a for a in call.args if a.keyword is None and not a.star)
-            if P.dotted_name(arg.value) == name and index < len(params)
-        ]
-        received += [a.keyword.value for a in call.args if a.keyword is not None and P.dotted_name(a.value) == name]
-        for param in received:
+        for param in _parameters_receiving(call, params, name):
             if (param, 0) in self._wrapped.get(callee, []):
                 continue
             self._wrapped.setdefault(callee, []).append((param, 0))
@@ -326,12 +323,13 @@ class ModuleAccess(Transform):
             cache[key] = lines
         return cache[key]
 
-    def _saved_whole(self, name: str) -> bool:
-        """``torch.save(name, ...)`` somewhere in the file (the wrapper is pickled
-        when the file loads it back into ``name``)."""
+    def _saved_whole(self, name: str, scope: Optional[cst.CSTNode] = None) -> bool:
+        """``torch.save(name, ...)`` in ``scope`` (None: anywhere in the file) -- the
+        wrapper is pickled: it loads back only with a process group."""
+        calls = self.module_calls if scope is None else P.find(scope, cst.Call)
         return any(
             self.is_call(c, N.TORCH_SAVE) and c.args and P.dotted_name(c.args[0].value) == name
-            for c in self.module_calls
+            for c in calls
         )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
@@ -521,16 +519,22 @@ def _uses_global(function: cst.FunctionDef, name: str) -> bool:
 
 
 def _needs_the_module(function: cst.FunctionDef, name: str) -> bool:
-    """``function`` reaches an attribute of ``name`` that DDP does not forward, or
-    pickles it whole (``torch.save(decoder, path)``: the wrapper would not load
-    without a process group)."""
+    """``function`` reaches an attribute of ``name`` that DDP does not forward."""
     return any(
         m.matches(a.value, m.Name(name)) and a.attr.value not in DDP_API
         for a in P.find(function, cst.Attribute)
-    ) or any(
-        P.dotted_name(c.func) in ("torch.save", "save") and c.args and m.matches(c.args[0].value, m.Name(name))
-        for c in P.find(function, cst.Call)
     )
+
+
+def _parameters_receiving(call: cst.Call, params, name: str) -> List[str]:
+    """The parameters (of ``params``, in order) that ``call`` hands ``name`` to,
+    by position or by keyword."""
+    received = [
+        params[index]
+        for index, arg in enumerate(a for a in call.args if a.keyword is None and not a.star)
+        if P.dotted_name(arg.value) == name and index < len(params)
+    ]
+    return received + [a.keyword.value for a in call.args if a.keyword is not None and P.dotted_name(a.value) == name]
 
 
 def _method(cls: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:

@@ -78,6 +78,8 @@ class SaveOnMainProcess(MainProcessGuard):
         self._loaded_paths: Optional[Set[str]] = None
         self._creations: Optional[Dict[Tuple[int, int], W.FolderCreation]] = None
         self._removal_stmts: Optional[Dict[Tuple[int, int], W.Removal]] = None
+        #: ``with`` statement -> the DDP models its file of samples is drawn through (``_sampled``)
+        self._sampled_through: Dict[cst.With, Optional[Set[str]]] = {}
 
     # -- folders made and paths removed (``_writes``) ----------------------------
     def _ast_key(self, node: cst.CSTNode) -> Tuple[int, int]:
@@ -110,13 +112,20 @@ class SaveOnMainProcess(MainProcessGuard):
         """The DDP models a ``with open(...)`` block draws its samples through
         (``_writes.sampled_through_the_model``), when it can go to the main process
         as a whole; None otherwise."""
-        if P.under_main_process_check(self, stmt) or any(
-            isinstance(i.item, cst.Call) and self._per_rank_path(i.item) for i in stmt.items
-        ):
-            return None
+        if stmt not in self._sampled_through:
+            node = self._ast_with(stmt)
+            self._sampled_through[stmt] = (
+                None
+                if node is None or P.under_main_process_check(self, stmt)
+                or any(isinstance(i.item, cst.Call) and self._per_rank_path(i.item) for i in stmt.items)
+                else W.sampled_through_the_model(self.ast_source, node)
+            )
+        return self._sampled_through[stmt]
+
+    def _ast_with(self, stmt: cst.With) -> Optional[ast.With]:
+        """The ``ast`` statement of ``stmt`` (the one the decisions are made on)."""
         line = self.position(stmt)[0]
-        node = next((w for w in self.ast_source.of_type(ast.With) if w.lineno == line), None)
-        return W.sampled_through_the_model(self.ast_source, node) if node is not None else None
+        return next((w for w in self.ast_source.of_type(ast.With) if w.lineno == line), None)
 
     def _model_call_sampled_on_main(self, call: cst.Call) -> bool:
         """``model(input, state)`` inside a block that ``_sampled`` takes."""
@@ -324,8 +333,7 @@ class SaveOnMainProcess(MainProcessGuard):
         ``f.write(...)``, a csv writer and its rows, of values that compute nothing
         (``_analysis.open_for_writing``, lint's DDP302 test) -- to a path ``P`` that
         is not this process's own."""
-        line = self.position(stmt)[0]
-        node = next((w for w in self.ast_source.of_type(ast.With) if w.lineno == line), None)
+        node = self._ast_with(stmt)
         if node is None or not A.open_for_writing(self.ast_source, node) or not A.pure_writes(node):
             return False
         return not any(isinstance(i.item, cst.Call) and self._per_rank_path(i.item) for i in stmt.items)
@@ -356,8 +364,7 @@ class SaveOnMainProcess(MainProcessGuard):
         is reported (lint's DDP302 test, ``_analysis.long_lived_writer``)."""
         if not any(isinstance(i.item, cst.Call) and m.matches(i.item.func, m.Name("open")) for i in node.items):
             return
-        line = self.position(node)[0]
-        stmt = next((w for w in self.ast_source.of_type(ast.With) if w.lineno == line), None)
+        stmt = self._ast_with(node)
         call = A.long_lived_writer(self.ast_source, stmt) if stmt is not None else None
         if call is None or P.under_main_process_check(self, node) or self._sampled(node):
             return  # (a file of samples: guarded as a whole, see starts)

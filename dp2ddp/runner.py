@@ -153,52 +153,35 @@ class ConvertRun:
         """The modules of their project that the given files import but that were
         not given (``dp2ddp convert train.py`` beside ``generate.py``), and that use
         torch: {path: bytes}.  Read for what they do (never converted or written)."""
-        from dp2ddp.codemods._facts import import_facts
-        from dp2ddp.engine import module_files, package_folder
-
         given = {os.path.normpath(os.path.abspath(p)) for p in sources}
         found: Dict[str, bytes] = {}
         for path, data in sources.items():
-            if b"import" not in data:
-                continue
-            facts = import_facts(data.decode("utf-8", "replace"))
-            folder = os.path.dirname(os.path.abspath(path))
-            wanted = [(folder, name) for name in facts.imports]
-            wanted += [(package_folder(folder, level), name) for level, name in facts.relative_imports]
-            for base, name in wanted:
-                for candidate in module_files(base, name):
-                    key = candidate if os.path.isabs(path) else os.path.relpath(candidate)
-                    if candidate in given or key in found or not os.path.isfile(candidate):
-                        continue
-                    try:
-                        with open(candidate, "rb") as handle:
-                            text = handle.read()
-                    except OSError:
-                        continue
-                    if b"torch" in text:
-                        found[key] = text  # (spelled like the given paths: the import graph joins them)
+            for candidate in _imported_module_files(path, data):
+                key = candidate if os.path.isabs(path) else os.path.relpath(candidate)
+                if candidate in given or key in found or not os.path.isfile(candidate):
+                    continue
+                try:
+                    with open(candidate, "rb") as handle:
+                        text = handle.read()
+                except OSError:
+                    continue
+                if b"torch" in text:
+                    found[key] = text  # (spelled like the given paths: the import graph joins them)
         return found
 
     def _note_modules_left_out(self, result, left_out: Dict[str, bytes]) -> None:
         """An entry point imports modules of its project that were not given (``dp2ddp
         convert train.py`` beside ``trainer.py``): they are not converted -- their
         loops, loaders and saves stay single-process -- so the report says which."""
-        from dp2ddp.codemods._facts import import_facts
         from dp2ddp.codemods._model import Finding
-        from dp2ddp.engine import module_files, package_folder
 
+        left_out_paths = {os.path.abspath(p) for p in left_out}
         for entry in result.entries:
             if entry.output is None and not entry.findings:
                 continue
-            facts = import_facts(entry.source.decode("utf-8", "replace"))
-            folder = os.path.dirname(os.path.abspath(entry.path))
-            wanted = [(folder, name) for name in facts.imports]
-            wanted += [(package_folder(folder, level), name) for level, name in facts.relative_imports]
-            left_out_paths = {os.path.abspath(p) for p in left_out}
             missing = {
                 os.path.relpath(candidate)
-                for base, name in wanted
-                for candidate in module_files(base, name)
+                for candidate in _imported_module_files(entry.path, entry.source)
                 if candidate in left_out_paths
             }
             wrapping = sorted(
@@ -350,3 +333,18 @@ class LintRun:
             sources[path] = file.output
             written.append(path)
         return written
+
+
+def _imported_module_files(path: str, data: bytes) -> List[str]:
+    """The files (absolute paths, existing or not) that the imports of the file at
+    ``path`` may name: ``import data`` beside it, relative imports from its package."""
+    if b"import" not in data:
+        return []
+    from dp2ddp.codemods._facts import import_facts
+    from dp2ddp.engine import module_files, package_folder
+
+    facts = import_facts(data.decode("utf-8", "replace"))
+    folder = os.path.dirname(os.path.abspath(path))
+    wanted = [(folder, name) for name in facts.imports]
+    wanted += [(package_folder(folder, level), name) for level, name in facts.relative_imports]
+    return [candidate for base, name in wanted for candidate in module_files(base, name)]
