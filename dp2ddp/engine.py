@@ -38,6 +38,7 @@ from dp2ddp.codemods._model import (
     local_data_parallel_note,
 )
 from dp2ddp.codemods._analysis import Source, decode
+from dp2ddp.codemods._bridge import character_column
 from dp2ddp.codemods._facts import FileFacts, collect_facts, import_facts
 
 #: ``progress(done, total)``: how many of a pass's files are done
@@ -360,9 +361,7 @@ def deepest_statement(data: bytes) -> Tuple[int, int]:
             best, where = depth, statement
         stack.extend((child, depth + 1, statement) for child in ast.iter_child_nodes(node))
     line, offset = where
-    lines = data.splitlines()
-    text = lines[line - 1] if line <= len(lines) else b""
-    return line, len(text[:offset].decode("utf-8", "replace")) + 1  # (ast counts UTF-8 bytes)
+    return line, character_column(decode(data).splitlines(), line, offset)  # (ast counts UTF-8 bytes)
 
 
 def _too_deep(path: str, data: bytes, what: str) -> str:
