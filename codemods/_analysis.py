@@ -341,16 +341,75 @@ def uses_distributed(src: Source) -> bool:
 
 
 def _uses_distributed(src: Source) -> bool:
-    """DDP code calls into torch.distributed or builds a DDP / DistributedSampler
-    (importing it is not enough: library modules import it for utilities).
-    Each of those names has "distributed" / "Distributed" in its import: a file
-    without the word cannot call them."""
+    """DDP code sets up, joins or asks the process group -- it calls a function of
+    ``torch.distributed`` itself (``init_process_group``, ``get_rank``,
+    ``all_reduce``...), or FSDP's -- or builds a DDP / DistributedSampler.
+    Importing it is not enough (library modules import it for utilities), nor is
+    a call into one of its tool packages that a single process uses
+    (``torch.distributed.checkpoint.load`` in a checkpoint-conversion script,
+    ``elastic``, ``rpc``).  Each of those names has "distributed" /
+    "Distributed" in its import: a file without the word cannot call them."""
     if "istributed" not in src.text:
         return False
     wanted = N.DDP | N.DISTRIBUTED_SAMPLER
     for call in src.calls:
         name = src.qualname(call.func)
-        if name in wanted or name.startswith("torch.distributed."):
+        if name in wanted:
+            return True
+        if name.startswith("torch.distributed."):
+            rest = name[len("torch.distributed."):]
+            if "." not in rest or rest.split(".")[0] in _PROCESS_GROUP_PACKAGES:
+                return True
+    return False
+
+
+#: packages of torch.distributed whose calls run in a process group
+_PROCESS_GROUP_PACKAGES = frozenset({"fsdp", "nn", "algorithms", "distributed_c10d", "optim", "tensor", "_tensor"})
+
+
+_TEST_FILE = re.compile(r"(^|[\\/])(test_[^\\/]*|[^\\/]*_test|conftest)\.py$|(^|[\\/])tests?[\\/]")
+
+
+def is_test_module(src: Source) -> bool:
+    """A test file by pytest's and unittest's conventions: named ``test_*.py`` /
+    ``*_test.py`` / ``conftest.py`` or in a ``tests/`` folder, and holding tests
+    (``def test_...``, a ``unittest.TestCase`` subclass) or importing pytest or
+    unittest.  Its DataParallel, devices and loaders exercise the library on
+    purpose; it is not a training program."""
+    if "cache_test_module" in src.cache:
+        return src.cache["cache_test_module"]  # type: ignore[return-value]
+    result = bool(_TEST_FILE.search(src.path)) and (
+        any(q.split(".")[0] in ("pytest", "unittest") for q in src.aliases.values())
+        or any(_is_test_definition(node) for node in src.tree.body)
+    )
+    src.cache["cache_test_module"] = result
+    return result
+
+
+def _is_test_definition(node: ast.AST) -> bool:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return node.name.startswith("test")
+    if isinstance(node, ast.ClassDef):
+        return any(last_name(b).endswith("TestCase") for b in node.bases) or any(
+            _is_test_definition(item) for item in node.body
+        )
+    return False
+
+
+def spawns_its_own_processes(src: Source) -> bool:
+    """The program starts its workers itself (``mp.spawn(main, nprocs=n)``,
+    ``start_processes``, ``multiprocessing.Process(target=...)``, a test's
+    ``MultiProcessTestCase``): no launcher sets its rendezvous or its ranks."""
+    if "spawn" not in src.text and "Process" not in src.text and "start_processes" not in src.text:
+        return False
+    for call in src.calls:
+        name = src.qualname(call.func)
+        if name in N.SPAWN or name in ("multiprocessing.Process", "torch.multiprocessing.Process"):
+            return True
+        if name.endswith(".Process") and "multiprocessing" in name or name.endswith(".get_context"):
+            return True
+    for cls in src.of_type(ast.ClassDef):
+        if any(last_name(base) in ("MultiProcessTestCase", "DistributedTestBase") for base in cls.bases):
             return True
     return False
 

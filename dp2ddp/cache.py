@@ -169,6 +169,20 @@ def _forget_stale(directory: Path) -> None:
         pass
 
 
+def _module_stat(path: str) -> Tuple[int, int]:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return (stat.st_size, stat.st_mtime_ns)
+
+
+def _modules_unchanged(imported) -> bool:
+    """Each (path, size, mtime_ns) still describes the file (a module an entry's
+    findings were decided with)."""
+    return all(tuple(_module_stat(p)) == (size, mtime) for p, size, mtime in imported)
+
+
 class LintCache:
     def __init__(self, root: Path, config) -> None:
         key_material = json.dumps(
@@ -226,18 +240,25 @@ class LintCache:
             if key is not None:  # same content, new stat: vouch by stat from now on
                 entry["stat"], entry["hashed_at"] = list(key), time.time_ns()
                 self.dirty = True
+        if not _modules_unchanged(entry.get("imported", ())):
+            return None  # a module it imports changed: its findings may (``setup_for_distributed``)
         try:
             return [Diagnostic(**{**d, "path": path}) for d in entry["diagnostics"]]
         except TypeError:  # written by other code (the fingerprint missed it): analyse again
             return None
 
-    def put(self, path: str, sources: Mapping[str, bytes], diagnostics: List[Diagnostic]) -> None:
+    def put(
+        self, path: str, sources: Mapping[str, bytes], diagnostics: List[Diagnostic], imported: Tuple[str, ...] = ()
+    ) -> None:
+        """``imported``: the module files the findings were decided with (read
+        for the file's imports): the entry holds while none of them changes."""
         key = sources.stat(path) if isinstance(sources, SourceFiles) else None
         self.entries[os.path.abspath(path)] = {
             "digest": self._digest(sources[path]),
             "stat": list(key) if key is not None else None,
             "hashed_at": time.time_ns(),
             "diagnostics": [{k: v for k, v in d.to_dict().items() if k != "path"} for d in diagnostics],
+            "imported": [[p, *_module_stat(p)] for p in imported],
         }
         self.dirty = True
 

@@ -40,6 +40,7 @@ from dp2ddp.codemods._model import (
 from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods._bridge import character_column
 from dp2ddp.codemods._facts import FileFacts, collect_facts, import_facts
+from dp2ddp.codemods._program import module_files, package_folder  # (shared with lint)
 
 #: ``progress(done, total)``: how many of a pass's files are done
 Progress = Callable[[int, int], None]
@@ -100,25 +101,6 @@ def may_matter(data: bytes) -> bool:
 
 
 # ------------------------------------------------------------------ program roles
-def module_files(folder: str, dotted: str) -> Tuple[str, ...]:
-    """The files (normalised paths) that ``import dotted`` finds below ``folder``:
-    ``a/b.py`` or the package ``a/b/__init__.py``."""
-    parts = [p for p in dotted.split(".") if p]
-    if not parts:
-        return ()
-    return (
-        os.path.normpath(os.path.join(folder, *parts) + ".py"),
-        os.path.normpath(os.path.join(folder, *parts, "__init__.py")),
-    )
-
-
-def package_folder(folder: str, level: int) -> str:
-    """Where ``from ..x import y`` (``level`` dots) looks, from a file in ``folder``."""
-    for _ in range(level - 1):
-        folder = os.path.dirname(folder)
-    return folder
-
-
 def _resolve_imports(paths: Sequence[str], facts: Mapping[str, FileFacts]) -> Dict[str, Set[str]]:
     """Which of the given files each file imports (the program's import graph).
 

@@ -31,7 +31,7 @@ from fnmatch import fnmatch
 from pathlib import PurePath
 from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
-from dp2ddp.codemods._analysis import Source, decode, decode_position
+from dp2ddp.codemods._analysis import Source, decode, decode_position, is_test_module
 from dp2ddp.codemods.rules import BY_CODE, RULES, Diagnostic, Rule
 from dp2ddp.cache import LintCache
 from dp2ddp.config import LintConfig, matches
@@ -61,6 +61,8 @@ class FileLint(NamedTuple):
     findings: List[Diagnostic]
     parsed: bool
     crashes: List[str]
+    #: the module files read for the file's imports (``codemods._program``)
+    imported_files: Tuple[str, ...] = ()
 
 
 def selected_rules(config: LintConfig) -> List[Rule]:
@@ -122,6 +124,8 @@ def lint_source(
     found: List[Diagnostic] = []
     seen: Set[Tuple] = set()
     crashes: List[str] = []
+    if any(not r.IN_TESTS for r in candidates) and is_test_module(src):
+        candidates = [r for r in candidates if r.IN_TESTS]
     for rule in candidates:
         try:
             # all of a rule's findings or none: a crash halfway must not leave a part
@@ -141,7 +145,8 @@ def lint_source(
     if "noqa" in text:
         ran = {c for c in codes if not _file_ignored(path, c, config)}
         found = _apply_noqa(src, found, report_unused="DDP901" in ran, ran=ran)
-    return FileLint(sorted(found, key=lambda d: d.sort_key), True, crashes)
+    imported = src.cache.get("imported_files", ())
+    return FileLint(sorted(found, key=lambda d: d.sort_key), True, crashes, imported)  # type: ignore[arg-type]
 
 
 def _syntax(path: str, line: int, col: int, message: str, codes: Set[str]) -> List[Diagnostic]:
@@ -357,7 +362,9 @@ def _lint_sources(sources, config, use_trigger, workers, cache, progress, releas
             yield path, data, use_trigger
 
     todo = read()
-    for done, (path, (found, parsed, crashes)) in enumerate(_run_jobs(todo, len(pending), config, rules, workers), 1):
+    for done, (path, (found, parsed, crashes, imported)) in enumerate(
+        _run_jobs(todo, len(pending), config, rules, workers), 1
+    ):
         if progress:
             progress(done, len(pending))
         result.files += 1
@@ -365,7 +372,7 @@ def _lint_sources(sources, config, use_trigger, workers, cache, progress, releas
         result.diagnostics.extend(found)
         result.crashes.extend(crashes)
         if cache is not None and not crashes:  # (a crash is reported again on the next run)
-            cache.put(path, sources, found)
+            cache.put(path, sources, found, imported)
         if release and not found:
             sources.release(path)  # type: ignore[attr-defined]
     return result

@@ -11,7 +11,8 @@ def one(rule) -> str:
     fix = {"safe": "safe fix available", "unsafe": "unsafe fix available (--unsafe-fixes)"}.get(
         rule.FIX or "", "no automatic fix"
     )
-    head = f"# {rule.CODE} {rule.NAME}\n\nSeverity: {rule.SEVERITY} · {fix}\n\n"
+    tests = "" if rule.IN_TESTS else " · not reported in test files (`test_*.py`, `tests/`)"
+    head = f"# {rule.CODE} {rule.NAME}\n\nSeverity: {rule.SEVERITY} · {fix}{tests}\n\n"
     return head + rule.docs() + "\n"
 
 

@@ -340,11 +340,6 @@ def _imported_module_files(path: str, data: bytes) -> List[str]:
     ``path`` may name: ``import data`` beside it, relative imports from its package."""
     if b"import" not in data:
         return []
-    from dp2ddp.codemods._facts import import_facts
-    from dp2ddp.engine import module_files, package_folder
+    from dp2ddp.codemods._program import imported_module_files
 
-    facts = import_facts(data.decode("utf-8", "replace"))
-    folder = os.path.dirname(os.path.abspath(path))
-    wanted = [(folder, name) for name in facts.imports]
-    wanted += [(package_folder(folder, level), name) for level, name in facts.relative_imports]
-    return [candidate for base, name in wanted for candidate in module_files(base, name)]
+    return imported_module_files(path, data.decode("utf-8", "replace"))

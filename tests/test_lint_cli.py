@@ -666,3 +666,69 @@ def test_rule_explains_the_codes_convert_reports_too():
     # a code with a lint rule and a transform (wrap-model) explains the rule
     result = CliRunner().invoke(cli, ["rule", "DDP009"])
     assert result.exit_code == 0 and "sharded-training-without-ddp" in result.output
+
+
+_RANK_AWARE_PRINT = '''import builtins
+
+
+def setup_for_distributed(is_master):
+    builtin_print = builtins.print
+
+    def print(*args, **kwargs):
+        if is_master or kwargs.pop("force", False):
+            builtin_print(*args, **kwargs)
+
+    builtins.print = print
+'''
+
+_ENGINE = '''import torch.distributed as dist
+
+import util.misc as utils
+
+
+def train_one_epoch(model, loader, optimizer):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        print("loss", loss.item())
+    dist.barrier()
+'''
+
+
+def test_print_replaced_in_an_imported_module_is_followed_and_cached_with_it(tmp_path):
+    """DETR's shape: util/misc.py replaces builtins.print with a rank-aware one;
+    engine.py, linted alone, imports it: its prints are the main process's.  The
+    cache keeps engine.py's findings only while util/misc.py is unchanged."""
+    (tmp_path / "util").mkdir()
+    (tmp_path / "util" / "__init__.py").write_text("")
+    misc = tmp_path / "util" / "misc.py"
+    misc.write_text(_RANK_AWARE_PRINT)
+    (tmp_path / "engine.py").write_text(_ENGINE)
+    (tmp_path / "other.py").write_text(_ENGINE.replace("import util.misc as utils\n", ""))
+    result = lint("--no-config", ".", cwd=tmp_path)
+    assert "engine.py" not in result.output and "other.py:10:9: DDP301" in result.output, result.output
+    assert lint("--no-config", "engine.py", cwd=tmp_path).exit_code == 0
+    misc.write_text(_RANK_AWARE_PRINT.replace("    builtins.print = print\n", "    pass\n"))
+    result = lint("--no-config", "engine.py", cwd=tmp_path)
+    assert "engine.py:11:9: DDP301" in result.output, result.output
+
+
+def test_a_test_file_exercising_dataparallel_and_spawning_its_processes_is_not_a_training_program(tmp_path):
+    """pytest's conventions make a test file: its DataParallel (a compatibility
+    test), devices and loaders are on purpose; its own processes set their
+    rendezvous.  The same code in a training script is reported."""
+    code = (
+        "import os\nimport unittest\n\nimport torch\nimport torch.multiprocessing as mp\n\n\n"
+        "def run(rank):\n"
+        "    os.environ['MASTER_ADDR'] = 'localhost'\n"
+        "    model = torch.nn.DataParallel(torch.nn.Linear(2, 2))\n\n\n"
+        "class TestCompat(unittest.TestCase):\n"
+        "    def test_two(self):\n"
+        "        mp.spawn(run, nprocs=2)\n"
+    )
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_compat.py").write_text(code)
+    (tmp_path / "train.py").write_text(code)
+    result = lint("--no-config", ".", cwd=tmp_path)
+    assert "tests" not in result.output and "train.py:10:13: DDP001" in result.output, result.output

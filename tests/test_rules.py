@@ -125,7 +125,7 @@ def test_rules_without_findings_on_files_the_prefilter_rejects():
         if not skipped:
             continue
         rejected += len(skipped)
-        found, _, crashes = lint_source(str(path), data, skipped, LintConfig(), use_trigger=False)
+        found, _, crashes, _ = lint_source(str(path), data, skipped, LintConfig(), use_trigger=False)
         assert crashes == [], crashes
         assert found == [], (path, [f"{d.line}: {d.code}" for d in found])
     assert rejected > 100

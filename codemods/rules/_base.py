@@ -74,6 +74,10 @@ class Rule:
     FIX_DESCRIPTION: ClassVar[str] = ""
     #: alternatives (a word, or a tuple of words that must all occur); empty: always
     TRIGGERS: ClassVar[Tuple] = ()
+    #: False: the pitfall is one of a training program, and a test file (pytest's and
+    #: unittest's conventions, ``_analysis.is_test_module``) that uses DataParallel,
+    #: a device or a loader on purpose is not reported
+    IN_TESTS: ClassVar[bool] = True
 
     @classmethod
     def can_fire(cls, text: str) -> bool:

@@ -51,6 +51,7 @@ class DataParallelInUse(Rule):
     FIX = "safe"
     FIX_TRANSFORMS = ("*",)
     FIX_DESCRIPTION = "convert the program to DistributedDataParallel"
+    IN_TESTS = False  # a test exercises it on purpose
     TRIGGERS = ("DataParallel", "data_parallel")
 
     def check(self, src: Source) -> Iterator[Diagnostic]:

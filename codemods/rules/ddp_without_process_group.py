@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from typing import Iterator, Optional
 
 from .. import _names as N
@@ -20,8 +21,11 @@ class DDPWithoutProcessGroup(Rule):
     block or trains at module level), reports DistributedDataParallel or a
     collective (`barrier`, `all_reduce`, ...) when the file never calls
     `torch.distributed.init_process_group` and calls no set-up helper whose name
-    says so (`init_distributed()`, `setup_ddp()`, ...). Library modules are not
-    checked: their caller sets the process group up.
+    says so (`init_distributed()`, `setup_ddp()`, ...), and the function that
+    holds it is not handed to an imported launcher (`detectron2.engine.launch(main,
+    ...)`, a framework's `run(main_worker, ...)`; not a standard-library one such
+    as `threading.Thread(target=main)`). Library modules are not checked: their
+    caller sets the process group up.
 
     ## Why is this bad?
     Every DDP process must join the process group before the first collective;
@@ -66,7 +70,35 @@ class DDPWithoutProcessGroup(Rule):
             if first is None and (name in N.DDP or is_collective(src, call)):
                 first = call
         if first is not None and not any(_reached(src, init, first) for init in inits):
-            yield self.diagnostic(src, first)
+            if not _handed_to_a_launcher(src, first):
+                yield self.diagnostic(src, first)
+
+
+def _handed_to_a_launcher(src: Source, user: ast.AST) -> bool:
+    """The function that holds ``user`` is handed to an imported callable
+    (``detectron2.engine.launch(main, num_gpus, ...)``, a framework's
+    ``run(main_worker, ...)``, ``mp.spawn`` by another name): that launcher
+    starts the processes and sets up their process group."""
+    func = src.function_of(user)
+    while func is not None and src.function_of(func) is not None:
+        func = src.function_of(func)
+    if func is None or not hasattr(func, "name"):
+        return False
+    for call in src.calls:
+        handed = any(isinstance(a, ast.Name) and a.id == func.name for a in call.args) or any(
+            isinstance(k.value, ast.Name) and k.value.id == func.name for k in call.keywords
+        )
+        if handed and "." in src.qualname(call.func) and src.qualname(call.func).split(".")[0] in _imported_roots(src):
+            return True
+    return False
+
+
+def _imported_roots(src: Source) -> set:
+    """The top-level packages the file's names come from (``detectron2`` for
+    ``from detectron2.engine import launch``), but not torch's nor the standard
+    library's: ``torch.compile(main)``, ``threading.Thread(target=main)``,
+    ``functools.partial(main)`` start no process group."""
+    return {q.split(".")[0] for q in src.aliases.values()} - {"torch", "builtins"} - set(sys.stdlib_module_names)
 
 
 def _reached(src: Source, call: ast.Call, user: Optional[ast.AST] = None) -> bool:

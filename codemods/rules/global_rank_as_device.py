@@ -43,6 +43,7 @@ class GlobalRankAsDevice(Rule):
     NAME = "global-rank-as-device"
     SEVERITY = "warning"
     MESSAGE = "a global rank is used as a GPU index: use LOCAL_RANK (the GPU on this node) instead"
+    IN_TESTS = False  # a test exercises it on purpose
     TRIGGERS = (("rank", "cuda"), ("RANK", "cuda"), ("rank", "device_ids"), ("RANK", "device_ids"))
 
     def check(self, src: Source) -> Iterator[Diagnostic]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from .._analysis import Source
+from .._analysis import Source, spawns_its_own_processes
 from ._base import Diagnostic, Rule
 
 _KEYS = ("MASTER_ADDR", "MASTER_PORT")
@@ -16,8 +16,10 @@ class HardCodedRendezvous(Rule):
     ## What it does
     Reports `MASTER_ADDR` / `MASTER_PORT` written into `os.environ` by the script
     (`os.environ["MASTER_PORT"] = "29500"`, `os.putenv(...)`). A default that the
-    environment overrides (`os.environ.setdefault(...)`, the usual set-up of an
-    `mp.spawn` script) is not reported: a launcher's or the user's value wins.
+    environment overrides (`os.environ.setdefault(...)`) is not reported: a
+    launcher's or the user's value wins; nor is a program that starts its own
+    processes (`mp.spawn`, `multiprocessing.Process`, a test's
+    `MultiProcessTestCase`): no launcher sets the address there.
 
     ## Why is this bad?
     The rendezvous address belongs to the launcher: `torchrun --standalone` picks
@@ -46,6 +48,8 @@ class HardCodedRendezvous(Rule):
     TRIGGERS = _KEYS
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
+        if spawns_its_own_processes(src):
+            return  # no launcher: it must say where its processes meet
         for node in src.nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:

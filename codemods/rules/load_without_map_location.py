@@ -42,6 +42,7 @@ class LoadWithoutMapLocation(Rule):
     FIX = "safe"
     FIX_TRANSFORMS = ("load-map-location",)
     FIX_DESCRIPTION = "add map_location=device"
+    IN_TESTS = False  # a test exercises it on purpose
     TRIGGERS = (("load", "istributed"),)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
@@ -50,5 +51,5 @@ class LoadWithoutMapLocation(Rule):
         for call in src.calls:
             if src.qualname(call.func) in N.TORCH_LOAD and argument(call, 1, "map_location") is None:
                 if any(kw.arg is None for kw in call.keywords):
-                    continue
+                    continue  # ``**kwargs`` may carry it
                 yield self.diagnostic(src, call)

@@ -58,6 +58,7 @@ class LoaderWithoutDistributedSampler(Rule):
     FIX = "unsafe"
     FIX_TRANSFORMS = ("distributed-sampler", "set-epoch")
     FIX_DESCRIPTION = "add sampler=DistributedSampler(dataset, shuffle=...) and set_epoch"
+    IN_TESTS = False  # a test exercises it on purpose
     TRIGGERS = (("DataLoader", "istributed"),)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:

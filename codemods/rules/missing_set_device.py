@@ -45,6 +45,7 @@ class MissingSetDevice(Rule):
     NAME = "missing-set-device"
     SEVERITY = "warning"
     MESSAGE = "the process group is set up without torch.cuda.set_device(local_rank): every rank will use GPU 0"
+    IN_TESTS = False  # a test exercises it on purpose
     TRIGGERS = ("init_process_group",)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:

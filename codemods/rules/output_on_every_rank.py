@@ -21,6 +21,7 @@ from .._analysis import (
     on_main_process_only,
     uses_distributed,
 )
+from .._program import imported_output_facts
 from ._base import Diagnostic, Rule
 
 
@@ -33,7 +34,13 @@ class OutputOnEveryRank(Rule):
     meant per rank and is not reported; nor is output in a function called only
     under a main-process check, in the non-distributed branch (`else:` of `if
     args.distributed:`), or logging whose level depends on the rank
-    (`basicConfig(level=INFO if rank in [-1, 0] else WARN)`). Also a `wandb.init(...)` or a TensorBoard
+    (`basicConfig(level=INFO if rank in [-1, 0] else WARN)`). Output that the
+    program already makes rank-aware is not reported either: `print` where the
+    file or a module it imports replaces `builtins.print` under a condition
+    (`setup_for_distributed(is_master)` of DETR, DeiT, MAE, DINO), logging where
+    the file or a module it imports adds the handlers on the main process only
+    or filters by rank, and a logger made by a factory told the rank
+    (`setup_logger(out, distributed_rank=rank)`). Also a `wandb.init(...)` or a TensorBoard
     `SummaryWriter(...)` made on every rank (not on the main process, nor
     `... if rank == 0 else None`; a `wandb.init(mode=...)` chooses per rank itself).
 
@@ -97,6 +104,7 @@ class OutputOnEveryRank(Rule):
             found.severity, found.fix = "error", None  # (it crashes the other ranks)
             yield found
         loggers = _loggers(src)
+        rank_made_loggers = _rank_made_loggers(src)
         rank_level_logging = _rank_level_logging(src)
         main_only: dict = {}  # function -> called only on the main process
         for call in src.calls:
@@ -110,16 +118,21 @@ class OutputOnEveryRank(Rule):
             if not isinstance(src.parent(call), ast.Expr):
                 continue
             name = src.qualname(call.func)
-            chatter = name in N.PRINT and not prints_to_a_rank_file(src, call) or name in N.LOGGING_CHATTER or (
+            printed = name in N.PRINT and not prints_to_a_rank_file(src, call)
+            logged = name in N.LOGGING_CHATTER or (
                 isinstance(call.func, ast.Attribute)
                 and call.func.attr in N.LOGGER_CHATTER_METHODS
                 and (
                     isinstance(call.func.value, ast.Name) and call.func.value.id in loggers
                     or N.is_logger_name(dotted(call.func.value))
                 )
+                and dotted(call.func.value) not in rank_made_loggers
             )
-            if not chatter or src.function_of(call) is None and not _in_main_block(src, call):
+            if not (printed or logged) or src.function_of(call) is None and not _in_main_block(src, call):
                 continue
+            output = imported_output_facts(src)  # (the file's and its imports': read once)
+            if printed and output.rank_aware_print or logged and output.rank_aware_logging:
+                continue  # ``setup_for_distributed(is_master)`` replaced print; rank-0 handlers
             if any(is_rank_expr(src, n) for arg in call.args for n in ast.walk(arg)):
                 continue
             func = src.function_of(call)
@@ -232,6 +245,23 @@ def _loggers(src: Source) -> set:
     for node in src.nodes:
         if isinstance(node, ast.Assign) and src.is_call(node.value, N.LOGGER_FACTORY):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def _rank_made_loggers(src: Source) -> set:
+    """Loggers made by a factory told the rank: ``logger = setup_logger(out,
+    distributed_rank=comm.get_rank())`` (detectron2, maskrcnn-benchmark),
+    ``self.logger = create_logger(cfg, rank)``: their handlers follow the rank."""
+    names = set()
+    for node in src.of_type(ast.Assign):
+        value = node.value
+        if not isinstance(value, ast.Call) or "logger" not in last_name(value.func).lower():
+            continue
+        arguments = (*value.args, *(k.value for k in value.keywords))
+        if any(is_rank_expr(src, sub) for arg in arguments for sub in ast.walk(arg)) or any(
+            k.arg and "rank" in k.arg for k in value.keywords
+        ):
+            names.update(filter(None, (dotted(t) for t in node.targets)))
     return names
 
 

@@ -1,0 +1,200 @@
+"""What the modules a file imports tell about the program it belongs to.
+
+Some facts that decide a finding live in another file: DETR's and DeiT's
+``util/misc.py`` replaces ``builtins.print`` with a rank-aware one
+(``setup_for_distributed(is_master)``), and every ``print`` of ``engine.py``
+then shows on the main process only; detectron2-style ``setup_logger`` adds
+the log handlers on rank 0 only.  ``imported_output_facts(src)`` resolves the
+file's imports on disk (beside the file, in its ancestors' folders, relative
+imports from its package), reads those module files (never writes) and
+gathers their facts; ``src.cache["imported_files"]`` keeps which files were
+read, so that a cache of the finding can tell when one of them changed.
+
+The same lookups of ``import x.y`` serve convert's program graph
+(``module_files``, ``package_folder``).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from ._analysis import Source, dotted, is_rank_dependent, last_name, on_main_process_only
+
+#: how many folders above the file an absolute import is looked for (a script in
+#: ``tools/`` run from the repository root imports the root's packages)
+ANCESTOR_LEVELS = 3
+
+
+def module_files(folder: str, dotted_name: str) -> Tuple[str, ...]:
+    """The files (normalised paths) that ``import dotted_name`` finds below
+    ``folder``: ``a/b.py`` or the package ``a/b/__init__.py``."""
+    parts = [p for p in dotted_name.split(".") if p]
+    if not parts:
+        return ()
+    return (
+        os.path.normpath(os.path.join(folder, *parts) + ".py"),
+        os.path.normpath(os.path.join(folder, *parts, "__init__.py")),
+    )
+
+
+def package_folder(folder: str, level: int) -> str:
+    """Where ``from ..x import y`` (``level`` dots) looks, from a file in ``folder``."""
+    for _ in range(level - 1):
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def imported_module_files(path: str, text: str, ancestors: int = 0) -> List[str]:
+    """The files (absolute paths, existing or not) that the imports of the file at
+    ``path`` may name: ``import data`` beside it (and in up to ``ancestors``
+    folders above it), relative imports from its package."""
+    if "import" not in text:
+        return []
+    from ._facts import import_facts
+
+    facts = import_facts(text)
+    folder = os.path.dirname(os.path.abspath(path))
+    bases = [folder]
+    for _ in range(ancestors):
+        parent = os.path.dirname(bases[-1])
+        if parent == bases[-1]:
+            break
+        bases.append(parent)
+    wanted = [(base, name) for base in bases for name in sorted(facts.imports)]
+    wanted += [(package_folder(folder, level), name) for level, name in sorted(facts.relative_imports)]
+    return [candidate for base, name in wanted for candidate in module_files(base, name)]
+
+
+# ------------------------------------------------------------------ facts of one module
+_PRINT_OVERRIDE = re.compile(r"__builtins?__|\bbuiltins\b")
+_RANK_HANDLERS = re.compile(r"addHandler|Filter|basicConfig|setLevel")
+
+
+def overrides_print_by_rank(src: Source) -> bool:
+    """The module replaces ``builtins.print`` under a condition (the rank-aware
+    print of many research repositories: ``setup_for_distributed(is_master)``
+    defines a ``print`` that calls the original only ``if is_master or force``;
+    or ``if rank != 0: builtins.print = print_pass``)."""
+    if "print" not in src.text or not _PRINT_OVERRIDE.search(src.text):
+        return False
+    for node in src.of_type(ast.Assign):
+        if not any(_names_builtin_print(src, target) for target in node.targets):
+            continue
+        scope = src.function_of(node)
+        if any(isinstance(anc, ast.If) for anc in src.ancestors(node)):
+            return True  # ``if not is_master: builtins.print = print_pass``
+        if scope is not None and any(isinstance(n, (ast.If, ast.IfExp)) for n in ast.walk(scope)):
+            return True  # the replacement decides inside: ``if is_master or force:``
+    return False
+
+
+def _names_builtin_print(src: Source, target: ast.AST) -> bool:
+    """``builtins.print``, ``__builtin__.print``, ``__builtins__["print"]``,
+    ``builtins.__dict__["print"]``."""
+    if isinstance(target, ast.Attribute) and target.attr == "print":
+        return src.qualname(target.value) in ("builtins", "__builtin__") or dotted(target.value) in (
+            "builtins",
+            "__builtin__",
+            "__builtins__",
+        )
+    if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and target.slice.value == "print":
+        return dotted(target.value) in ("__builtins__", "builtins.__dict__", "__builtin__.__dict__")
+    return False
+
+
+def configures_logging_by_rank(src: Source) -> bool:
+    """The module sets up logging so that info shows on the main process only: a
+    handler added only on rank 0 (``if distributed_rank > 0: return logger`` before
+    ``logger.addHandler(...)``, or ``addHandler`` under ``if rank == 0:``), a
+    ``logging.Filter`` whose ``filter`` asks for the rank, or a level chosen by
+    the rank (``basicConfig(level=INFO if rank in [-1, 0] else WARN)``)."""
+    if not _RANK_HANDLERS.search(src.text):
+        return False
+    for call in src.calls:
+        name = last_name(call.func)
+        if name == "addHandler" and on_main_process_only(src, call):
+            return True
+        if name in ("basicConfig", "setLevel"):
+            for value in (*call.args, *(k.value for k in call.keywords if k.arg == "level")):
+                if isinstance(value, ast.IfExp) and is_rank_dependent(src, value.test):
+                    return True
+    for cls in src.of_type(ast.ClassDef):
+        if not any(last_name(base) == "Filter" for base in cls.bases):
+            continue
+        for item in cls.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "filter":
+                if any(is_rank_dependent(src, n.test) for n in ast.walk(item) if isinstance(n, (ast.If, ast.IfExp))):
+                    return True
+                if any(isinstance(n, ast.Return) and n.value is not None and is_rank_dependent(src, n.value)
+                       for n in ast.walk(item)):
+                    return True
+    return False
+
+
+# ------------------------------------------------------------------ across the imports
+@dataclass(frozen=True)
+class OutputFacts:
+    #: ``print`` shows on the main process only (the module or one it imports
+    #: replaced ``builtins.print``)
+    rank_aware_print: bool = False
+    #: logging is set up so that info shows on the main process only
+    rank_aware_logging: bool = False
+
+
+#: facts of module files read for other files, by (path, size, mtime): a process
+#: reads each imported module once however many files import it
+_MODULE_MEMO: Dict[Tuple[str, int, int], OutputFacts] = {}
+
+
+def module_output_facts(path: str) -> Optional[OutputFacts]:
+    """The facts of the module file at ``path``, or None when there is none."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    key = (path, stat.st_size, stat.st_mtime_ns)
+    if key in _MODULE_MEMO:
+        return _MODULE_MEMO[key]
+    facts = OutputFacts()
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(2_000_000)
+        text = data.decode("utf-8")
+        if _PRINT_OVERRIDE.search(text) or _RANK_HANDLERS.search(text):
+            module = Source(path, text)
+            facts = OutputFacts(overrides_print_by_rank(module), configures_logging_by_rank(module))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+        pass
+    _MODULE_MEMO[key] = facts
+    return facts
+
+
+def imported_output_facts(src: Source) -> OutputFacts:
+    """The file's own output facts, joined with those of the modules it imports
+    (one level: the module that defines ``setup_for_distributed`` is imported by
+    the files that print, in the repositories that have one)."""
+    if "output_facts" in src.cache:
+        return src.cache["output_facts"]  # type: ignore[return-value]
+    print_aware = overrides_print_by_rank(src)
+    logging_aware = configures_logging_by_rank(src)
+    read: List[str] = []
+    if not (print_aware and logging_aware) and not src.path.startswith("<"):
+        seen = set()
+        for candidate in imported_module_files(src.path, src.text, ANCESTOR_LEVELS):
+            if candidate in seen or candidate == os.path.abspath(src.path):
+                continue
+            seen.add(candidate)
+            facts = module_output_facts(candidate)
+            if facts is None:
+                continue
+            read.append(candidate)
+            print_aware = print_aware or facts.rank_aware_print
+            logging_aware = logging_aware or facts.rank_aware_logging
+    result = OutputFacts(print_aware, logging_aware)
+    src.cache["output_facts"] = result
+    src.cache["imported_files"] = tuple(read)
+    return result
