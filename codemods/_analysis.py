@@ -396,24 +396,6 @@ def _is_test_definition(node: ast.AST) -> bool:
     return False
 
 
-def spawns_its_own_processes(src: Source) -> bool:
-    """The program starts its workers itself (``mp.spawn(main, nprocs=n)``,
-    ``start_processes``, ``multiprocessing.Process(target=...)``, a test's
-    ``MultiProcessTestCase``): no launcher sets its rendezvous or its ranks."""
-    if "spawn" not in src.text and "Process" not in src.text and "start_processes" not in src.text:
-        return False
-    for call in src.calls:
-        name = src.qualname(call.func)
-        if name in N.SPAWN or name in ("multiprocessing.Process", "torch.multiprocessing.Process"):
-            return True
-        if name.endswith(".Process") and "multiprocessing" in name or name.endswith(".get_context"):
-            return True
-    for cls in src.of_type(ast.ClassDef):
-        if any(last_name(base) in ("MultiProcessTestCase", "DistributedTestBase") for base in cls.bases):
-            return True
-    return False
-
-
 def ddp_wrapped_names(src: Source, wrappers: FrozenSet[str] = N.DDP) -> Set[str]:
     """Names (``model``, ``self.model``) assigned a DistributedDataParallel (or
     another of ``wrappers``: DataParallel, for convert)."""

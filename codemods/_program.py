@@ -4,7 +4,7 @@ Some facts that decide a finding live in another file: DETR's and DeiT's
 ``util/misc.py`` replaces ``builtins.print`` with a rank-aware one
 (``setup_for_distributed(is_master)``), and every ``print`` of ``engine.py``
 then shows on the main process only; detectron2-style ``setup_logger`` adds
-the log handlers on rank 0 only.  ``imported_output_facts(src)`` resolves the
+the log handlers on rank 0 only.  ``imported_facts(src)`` resolves the
 file's imports on disk (beside the file, in its ancestors' folders, relative
 imports from its package), reads those module files (never writes) and
 gathers their facts; ``src.cache["imported_files"]`` keeps which files were
@@ -135,23 +135,52 @@ def configures_logging_by_rank(src: Source) -> bool:
     return False
 
 
+def reads_local_rank_from_environment(src: Source) -> bool:
+    """``int(os.environ["LOCAL_RANK"])``, ``os.environ.get("LOCAL_RANK", 0)``,
+    ``os.getenv("LOCAL_RANK")``: what torchrun sets is read."""
+    if "LOCAL_RANK" not in src.text:
+        return False
+    for node in src.of_type(ast.Constant):
+        if node.value != "LOCAL_RANK":
+            continue
+        parent = src.parent(node)
+        if isinstance(parent, ast.Subscript) and "environ" in src.segment(parent.value):
+            return True
+        if isinstance(parent, ast.Call) and last_name(parent.func) in ("get", "getenv"):
+            if last_name(parent.func) == "getenv" or "environ" in src.segment(parent.func):
+                return True
+    return False
+
+
 # ------------------------------------------------------------------ across the imports
 @dataclass(frozen=True)
-class OutputFacts:
+class ImportedFacts:
     #: ``print`` shows on the main process only (the module or one it imports
     #: replaced ``builtins.print``)
     rank_aware_print: bool = False
     #: logging is set up so that info shows on the main process only
     rank_aware_logging: bool = False
+    #: ``LOCAL_RANK`` is read from the environment (``init_distributed_mode``):
+    #: what torchrun sets picks the device
+    reads_local_rank: bool = False
+
+    def join(self, other: "ImportedFacts") -> "ImportedFacts":
+        return ImportedFacts(*(a or b for a, b in zip(self.facts(), other.facts())))
+
+    def facts(self) -> Tuple[bool, bool, bool]:
+        return (self.rank_aware_print, self.rank_aware_logging, self.reads_local_rank)
 
 
 #: facts of module files read for other files, by (path, size, mtime): a process
 #: reads each imported module once however many files import it
-_MODULE_MEMO: Dict[Tuple[str, int, int], OutputFacts] = {}
+_MODULE_MEMO: Dict[Tuple[str, int, int], Tuple[ImportedFacts, Tuple[str, ...]]] = {}
 
 
-def module_output_facts(path: str) -> Optional[OutputFacts]:
-    """The facts of the module file at ``path``, or None when there is none."""
+def module_facts(path: str) -> Optional[Tuple[ImportedFacts, Tuple[str, ...]]]:
+    """The facts of the module file at ``path`` and, for a package's
+    ``__init__.py``, the files its own imports name (``from .distributed import
+    init_distributed_device``: what ``from timm import utils`` brings); None when
+    there is no such file."""
     try:
         stat = os.stat(path)
     except OSError:
@@ -159,42 +188,50 @@ def module_output_facts(path: str) -> Optional[OutputFacts]:
     key = (path, stat.st_size, stat.st_mtime_ns)
     if key in _MODULE_MEMO:
         return _MODULE_MEMO[key]
-    facts = OutputFacts()
+    result: Tuple[ImportedFacts, Tuple[str, ...]] = (ImportedFacts(), ())
     try:
         with open(path, "rb") as handle:
-            data = handle.read(2_000_000)
-        text = data.decode("utf-8")
-        if _PRINT_OVERRIDE.search(text) or _RANK_HANDLERS.search(text):
+            text = handle.read(2_000_000).decode("utf-8")
+        facts = ImportedFacts()
+        if _PRINT_OVERRIDE.search(text) or _RANK_HANDLERS.search(text) or "LOCAL_RANK" in text:
             module = Source(path, text)
-            facts = OutputFacts(overrides_print_by_rank(module), configures_logging_by_rank(module))
+            facts = ImportedFacts(
+                overrides_print_by_rank(module), configures_logging_by_rank(module),
+                reads_local_rank_from_environment(module),
+            )
+        further = tuple(imported_module_files(path, text)) if os.path.basename(path) == "__init__.py" else ()
+        result = (facts, further)
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
         pass
-    _MODULE_MEMO[key] = facts
-    return facts
+    _MODULE_MEMO[key] = result
+    return result
 
 
-def imported_output_facts(src: Source) -> OutputFacts:
-    """The file's own output facts, joined with those of the modules it imports
-    (one level: the module that defines ``setup_for_distributed`` is imported by
-    the files that print, in the repositories that have one)."""
-    if "output_facts" in src.cache:
-        return src.cache["output_facts"]  # type: ignore[return-value]
-    print_aware = overrides_print_by_rank(src)
-    logging_aware = configures_logging_by_rank(src)
+def imported_facts(src: Source) -> ImportedFacts:
+    """The file's own facts, joined with those of the modules it imports (one
+    level, and through a package's ``__init__.py``: the module that defines
+    ``setup_for_distributed`` is imported by the files that print, in the
+    repositories that have one)."""
+    if "imported_facts" in src.cache:
+        return src.cache["imported_facts"]  # type: ignore[return-value]
+    facts = ImportedFacts(
+        overrides_print_by_rank(src), configures_logging_by_rank(src), reads_local_rank_from_environment(src)
+    )
     read: List[str] = []
-    if not (print_aware and logging_aware) and not src.path.startswith("<"):
-        seen = set()
-        for candidate in imported_module_files(src.path, src.text, ANCESTOR_LEVELS):
-            if candidate in seen or candidate == os.path.abspath(src.path):
+    if not all(facts.facts()) and not src.path.startswith("<"):
+        seen = {os.path.abspath(src.path)}
+        todo = list(imported_module_files(src.path, src.text, ANCESTOR_LEVELS))
+        while todo:
+            candidate = todo.pop(0)
+            if candidate in seen:
                 continue
             seen.add(candidate)
-            facts = module_output_facts(candidate)
-            if facts is None:
+            found = module_facts(candidate)
+            if found is None:
                 continue
             read.append(candidate)
-            print_aware = print_aware or facts.rank_aware_print
-            logging_aware = logging_aware or facts.rank_aware_logging
-    result = OutputFacts(print_aware, logging_aware)
-    src.cache["output_facts"] = result
+            facts = facts.join(found[0])
+            todo.extend(found[1])
+    src.cache["imported_facts"] = facts
     src.cache["imported_files"] = tuple(read)
-    return result
+    return facts

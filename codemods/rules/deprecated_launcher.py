@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from .._analysis import Source, last_name
+from .._analysis import Source
+from .._program import imported_facts
 from ._base import Diagnostic, Rule
 
 
@@ -14,7 +15,8 @@ class DeprecatedLauncher(Rule):
     ## What it does
     Reports a `--local_rank` / `--local-rank` command-line argument (unless its
     default reads `LOCAL_RANK` from the environment, as `dp2ddp convert` makes it,
-    or the file reads `LOCAL_RANK` from the environment elsewhere: then the
+    or the file or a module it imports reads `LOCAL_RANK` from the environment --
+    `init_distributed_mode(args)` of many research repositories: then the
     argument is only kept so that old launch commands still parse) and the
     `torch.distributed.launch` launcher named in code (e.g. in a command built
     by a script).
@@ -50,7 +52,7 @@ class DeprecatedLauncher(Rule):
     TRIGGERS = ("local_rank", "local-rank", "distributed.launch")
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
-        reads_local_rank = _reads_local_rank_from_environment(src)
+        reads_local_rank = imported_facts(src).reads_local_rank  # (here or in a module it imports)
         for call in src.calls:
             if reads_local_rank:
                 break  # ``--local_rank`` kept for torch.distributed.launch; the device comes from LOCAL_RANK
@@ -76,20 +78,3 @@ class DeprecatedLauncher(Rule):
                 if "torch.distributed.launch" in names or module == "torch.distributed.launch":
                     yield self.diagnostic(src, node, "torch.distributed.launch is deprecated: use torch.distributed.run (torchrun)")
 
-
-def _reads_local_rank_from_environment(src: Source) -> bool:
-    """``int(os.environ["LOCAL_RANK"])``, ``os.environ.get("LOCAL_RANK", 0)``,
-    ``os.getenv("LOCAL_RANK")`` anywhere in the file: what torchrun sets is read,
-    and a ``--local_rank`` argument beside it is kept only for old launchers."""
-    if "LOCAL_RANK" not in src.text:
-        return False
-    for node in src.of_type(ast.Constant):
-        if node.value != "LOCAL_RANK":
-            continue
-        parent = src.parent(node)
-        if isinstance(parent, ast.Subscript) and "environ" in src.segment(parent.value):
-            return True
-        if isinstance(parent, ast.Call) and last_name(parent.func) in ("get", "getenv"):
-            if last_name(parent.func) == "getenv" or "environ" in src.segment(parent.func):
-                return True
-    return False

@@ -13,8 +13,9 @@ from ._base import Diagnostic, Rule
 class GlobalRankAsDevice(Rule):
     """
     ## What it does
-    Reports a global rank (`RANK`, `dist.get_rank()`, a variable named `rank`
-    or `global_rank`) used as a GPU index: in `torch.cuda.set_device(...)`,
+    Reports a global rank (`RANK`, `SLURM_PROCID`, `dist.get_rank()`, a variable
+    assigned one whatever its name, or one named `rank` or `global_rank` whose
+    value is not seen; not the process index `mp.spawn` hands its function) used as a GPU index: in `torch.cuda.set_device(...)`,
     `.cuda(...)`, `.to(...)`, `torch.device("cuda", ...)`, `f"cuda:{...}"` or
     `device_ids=[...]`.
 
@@ -61,12 +62,46 @@ class GlobalRankAsDevice(Rule):
             if isinstance(ids, (ast.List, ast.Tuple)):
                 candidates += ids.elts
             for node in candidates:
-                if is_global_rank_expr(src, node):
+                if _holds_global_rank(src, node):
                     yield self.diagnostic(src, node)
         for node in src.nodes:
             if isinstance(node, ast.JoinedStr):
                 text = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
                 if text.startswith("cuda:"):
                     for value in node.values:
-                        if isinstance(value, ast.FormattedValue) and is_global_rank_expr(src, value.value):
+                        if isinstance(value, ast.FormattedValue) and _holds_global_rank(src, value.value):
                             yield self.diagnostic(src, value.value)
+
+
+def _holds_global_rank(src: Source, node: ast.AST) -> bool:
+    """``node`` holds a global rank: the expression itself (``dist.get_rank()``,
+    ``int(os.environ["SLURM_PROCID"])``), or a name its function assigns only such
+    values (``gpu = dist.get_rank()``), whatever it is called.  A name assigned
+    anything else (``rank = int(os.environ["LOCAL_RANK"])``), and the process index
+    that ``mp.spawn`` hands its function on one machine, are local."""
+    if not isinstance(node, ast.Name):
+        return is_global_rank_expr(src, node)
+    scope = src.function_of(node)
+    values = [
+        a.value
+        for a in (src.of_type(ast.Assign) if scope is None else [n for n in ast.walk(scope) if isinstance(n, ast.Assign)])
+        if any(isinstance(t, ast.Name) and t.id == node.id for t in a.targets) and src.function_of(a) is scope
+    ]
+    if values:
+        return all(is_global_rank_expr(src, v) for v in values)
+    if scope is not None and _spawn_index_parameter(src, scope, node.id):
+        return False
+    return is_global_rank_expr(src, node)
+
+
+def _spawn_index_parameter(src: Source, scope: ast.AST, name: str) -> bool:
+    """``name`` is the first parameter of a function this file hands to
+    ``mp.spawn``: the process index on this machine (PyTorch's DDP tutorial)."""
+    args = getattr(scope, "args", None)
+    if args is None or not args.args or args.args[0].arg != name:
+        return False
+    return any(
+        src.qualname(call.func) in N.SPAWN and call.args and isinstance(call.args[0], ast.Name)
+        and call.args[0].id == getattr(scope, "name", None)
+        for call in src.calls
+    )

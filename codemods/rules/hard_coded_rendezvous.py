@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from .._analysis import Source, spawns_its_own_processes
+from .._analysis import Source
 from ._base import Diagnostic, Rule
 
 _KEYS = ("MASTER_ADDR", "MASTER_PORT")
@@ -17,9 +17,8 @@ class HardCodedRendezvous(Rule):
     Reports `MASTER_ADDR` / `MASTER_PORT` written into `os.environ` by the script
     (`os.environ["MASTER_PORT"] = "29500"`, `os.putenv(...)`). A default that the
     environment overrides (`os.environ.setdefault(...)`) is not reported: a
-    launcher's or the user's value wins; nor is a program that starts its own
-    processes (`mp.spawn`, `multiprocessing.Process`, a test's
-    `MultiProcessTestCase`): no launcher sets the address there.
+    launcher's or the user's value wins; nor is a value the program works out
+    (a free port found and broadcast over MPI), nor a test file's set-up.
 
     ## Why is this bad?
     The rendezvous address belongs to the launcher: `torchrun --standalone` picks
@@ -45,11 +44,10 @@ class HardCodedRendezvous(Rule):
     NAME = "hard-coded-rendezvous"
     SEVERITY = "info"
     MESSAGE = "rendezvous address set in code: leave MASTER_ADDR/MASTER_PORT to torchrun (--standalone or --rdzv_endpoint)"
+    IN_TESTS = False  # a test spawns its own processes and says where they meet
     TRIGGERS = _KEYS
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
-        if spawns_its_own_processes(src):
-            return  # no launcher: it must say where its processes meet
         for node in src.nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -58,8 +56,23 @@ class HardCodedRendezvous(Rule):
                         and src.qualname(target.value) == "os.environ"
                         and isinstance(target.slice, ast.Constant)
                         and target.slice.value in _KEYS
+                        and _literal(node.value)
                     ):
                         yield self.diagnostic(src, node)
             elif isinstance(node, ast.Call) and src.qualname(node.func) == "os.putenv":
-                if node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in _KEYS:
+                if node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in _KEYS and (
+                    len(node.args) < 2 or _literal(node.args[1])
+                ):
                     yield self.diagnostic(src, node)
+
+
+def _literal(value: ast.AST) -> bool:
+    """A value written in the code: ``"29500"``, ``str(29500)``, ``f"{12355}"``."""
+    if isinstance(value, ast.Constant):
+        return True
+    if isinstance(value, ast.Call) and not value.keywords and len(value.args) == 1:
+        return isinstance(value.func, ast.Name) and value.func.id in ("str", "int") and _literal(value.args[0])
+    if isinstance(value, ast.JoinedStr):
+        return all(isinstance(v, ast.Constant) or isinstance(v, ast.FormattedValue) and _literal(v.value)
+                   for v in value.values)
+    return False

@@ -21,7 +21,7 @@ from .._analysis import (
     on_main_process_only,
     uses_distributed,
 )
-from .._program import imported_output_facts
+from .._program import imported_facts
 from ._base import Diagnostic, Rule
 
 
@@ -40,7 +40,10 @@ class OutputOnEveryRank(Rule):
     (`setup_for_distributed(is_master)` of DETR, DeiT, MAE, DINO), logging where
     the file or a module it imports adds the handlers on the main process only
     or filters by rank, and a logger made by a factory told the rank
-    (`setup_logger(out, distributed_rank=rank)`). Also a `wandb.init(...)` or a TensorBoard
+    (`setup_logger(out, distributed_rank=rank)`); a logger handed in as a
+    parameter is judged where it is made. Nor are the last words of a process
+    (a message just before `sys.exit()` or `raise`) and a message that names the
+    process (`os.getpid()`). Also a `wandb.init(...)` or a TensorBoard
     `SummaryWriter(...)` made on every rank (not on the main process, nor
     `... if rank == 0 else None`; a `wandb.init(mode=...)` chooses per rank itself).
 
@@ -130,11 +133,15 @@ class OutputOnEveryRank(Rule):
             )
             if not (printed or logged) or src.function_of(call) is None and not _in_main_block(src, call):
                 continue
-            output = imported_output_facts(src)  # (the file's and its imports': read once)
+            output = imported_facts(src)  # (the file's and its imports': read once)
             if printed and output.rank_aware_print or logged and output.rank_aware_logging:
                 continue  # ``setup_for_distributed(is_master)`` replaced print; rank-0 handlers
-            if any(is_rank_expr(src, n) for arg in call.args for n in ast.walk(arg)):
+            if any(is_rank_expr(src, n) or _names_the_process(src, n) for arg in call.args for n in ast.walk(arg)):
                 continue
+            if logged and _handed_in(src, call.func):
+                continue  # ``def load_checkpoint(..., logger)``: judged where the logger is made
+            if _before_exit(src, call):
+                continue  # the last words of a process that stops: any rank may say them
             func = src.function_of(call)
             if func is not None:
                 if func not in main_only:
@@ -246,6 +253,41 @@ def _loggers(src: Source) -> set:
         if isinstance(node, ast.Assign) and src.is_call(node.value, N.LOGGER_FACTORY):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return names
+
+
+def _names_the_process(src: Source, node: ast.AST) -> bool:
+    """``os.getpid()``, ``socket.gethostname()``: output meant per process."""
+    return isinstance(node, ast.Call) and src.qualname(node.func) in ("os.getpid", "socket.gethostname")
+
+
+def _handed_in(src: Source, func: ast.AST) -> bool:
+    """``logger.info`` where ``logger`` is a parameter of the enclosing function."""
+    receiver = func.value if isinstance(func, ast.Attribute) else None
+    scope = src.function_of(func)
+    if not isinstance(receiver, ast.Name) or scope is None or not hasattr(scope, "args"):
+        return False
+    params = scope.args
+    return receiver.id in {a.arg for a in (*params.posonlyargs, *params.args, *params.kwonlyargs)}
+
+
+def _before_exit(src: Source, call: ast.Call) -> bool:
+    """The statement after ``print(...)`` ends the process: ``sys.exit(1)``,
+    ``exit()``, ``raise``."""
+    statement = src.parent(call)
+    block = src.parent(statement)
+    for field in ("body", "orelse", "finalbody"):
+        body = getattr(block, field, None)
+        if isinstance(body, list) and statement in body:
+            following = body[body.index(statement) + 1:]
+            if not following:
+                return False
+            nxt = following[0]
+            if isinstance(nxt, ast.Raise):
+                return True
+            return isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Call) and src.qualname(
+                nxt.value.func
+            ) in ("sys.exit", "builtins.exit", "builtins.quit", "exit", "quit", "os._exit")
+    return False
 
 
 def _rank_made_loggers(src: Source) -> set:
