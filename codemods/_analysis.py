@@ -1763,6 +1763,9 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
     for assign, name, later_statements in _wrapped_models(src, wrappers):
         reported: Set[ast.AST] = set()
         later_statements = iter(later_statements)
+        # the module the wrap was built on, changed through its own name
+        # (``net = DDP(core)``, then ``core.head.apply(weights_init)``: ssd.pytorch)
+        inner = _wrapped_module_name(src, assign.value, wrappers)
         for later in later_statements:
             if trains(later):
                 # training has started: from here on only a switch of requires_grad
@@ -1770,12 +1773,29 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
                 if "requires_grad" in src.text:
                     found += _grad_switches_in_training(src, [later, *later_statements], name, assign.lineno, trains)
                 break
-            for node, what in _parameter_changes(later, name):
-                stmt = _statement_of(src, node)
-                if stmt not in reported:
-                    reported.add(stmt)
-                    found.append((stmt, assign.lineno, name, what))
+            if inner and _rebinds(later, inner):
+                inner = ""
+            for owner in (name, inner) if inner and inner != name else (name,):
+                for node, what in _parameter_changes(later, owner):
+                    stmt = _statement_of(src, node)
+                    if stmt not in reported:
+                        reported.add(stmt)
+                        found.append((stmt, assign.lineno, owner, what))
     return found
+
+
+def _wrapped_module_name(src: Source, value: ast.AST, wrappers: FrozenSet[str]) -> str:
+    """``core`` for ``DDP(core.to(device), ...)`` / ``DataParallel(core).cuda()``."""
+    while isinstance(value, ast.Call) and not src.is_call(value, wrappers) and isinstance(value.func, ast.Attribute):
+        value = value.func.value
+    if not (isinstance(value, ast.Call) and value.args):
+        return ""
+    module = value.args[0]
+    while isinstance(module, ast.Call) and isinstance(module.func, ast.Attribute) and last_name(module.func) in (
+        "to", "cuda", "cpu", "float", "double"
+    ):
+        module = module.func.value
+    return dotted(module)
 
 
 #: what to do about a ``requires_grad`` switch while training (DDP202, lint and convert)
