@@ -1,10 +1,10 @@
 """Tiny stand-in for wandb (not installed here): init() gives a run whose config.update
-and log do nothing; Histogram/Image wrap their argument."""
+and log do nothing (wandb.config, watch, save likewise); Histogram/Image wrap their argument."""
 
 
 class _Config(dict):
-    def update(self, *a, **k):
-        dict.update(self, *a, **k)
+    def update(self, d=(), **k):
+        dict.update(self, vars(d) if hasattr(d, "__dict__") else d, **k)
 
 
 class _Run:
@@ -18,8 +18,23 @@ class _Run:
         pass
 
 
+run = None
+config = _Config()  # module-level wandb.config, as after wandb.init()
+
+
 def init(*a, **k):
-    return _Run()
+    global run
+    run = _Run()
+    run.config = config
+    return run
+
+
+def watch(*a, **k):
+    pass
+
+
+def save(*a, **k):
+    pass
 
 
 def log(*a, **k):

@@ -1,0 +1,1 @@
+"""Tiny stand-in for timm (not installed here): importable only."""
