@@ -396,6 +396,83 @@ def _is_test_definition(node: ast.AST) -> bool:
     return False
 
 
+#: the methods that hand a module's parameters to an optimizer
+PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+
+
+def optimized_models(src: Source, optimizer: ast.Call) -> List[str]:
+    """``model`` of ``SGD(model.parameters())`` (also in parameter groups, or
+    through a variable: ``params = [p for p in model.parameters() if ...]``)."""
+    params = argument(optimizer, 0, "params")
+    if params is None:
+        return []
+    roots: List[ast.AST] = [params]
+    if isinstance(params, ast.Name):
+        roots += [v for v in values_bound_to(src, params.id)]
+    names: List[str] = []
+    for root in roots:
+        for node in ast.walk(root):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in PARAMETER_METHODS:
+                name = dotted(node.func.value)
+                if name and name not in names:
+                    names.append(name)
+    return names
+
+
+def values_bound_to(src: Source, name: str) -> List[ast.AST]:
+    """Every value the dotted ``name`` (``model``, ``self.model``) is bound to."""
+    values = []
+    for node in src.of_type(ast.Assign, ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            for item in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+                if dotted(item) == name:
+                    values.append(node.value if item is target else None)
+    return values
+
+#: DDP (or the DataParallel convert would turn into it) wraps a part of a trained model
+#: (DDP009, lint and convert)
+PARTLY_WRAPPED_ADVICE = (
+    "only {part} is wrapped, but the rest of {whole} trains too: DDP averages the gradients of "
+    "{part} alone, and the other parameters of {whole} drift apart on every rank; wrap {whole} "
+    "itself ({whole} = DDP({whole}); its parts are then {whole}.module.<part>)"
+)
+
+
+def partly_wrapped_models(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.Assign, str, str]]:
+    """``(assignment, whole, part)`` for ``model.encoder = Wrapper(model.encoder)``
+    (SupContrast) where the file trains more of ``model`` than the part: an
+    optimizer over ``model.parameters()``, ``model`` handed to an optimizer-making
+    helper (``set_optimizer(opt, model)``), or no optimizer in the file at all
+    (built elsewhere, from the whole model as often as not).  Under DataParallel
+    that was one model on one process; a DDP wrap of the part averages only its
+    gradients, and the rest of the model (the projection head) drifts apart on
+    every rank.  ``self.netG = DataParallel(self.netG)`` is a whole model: ``self``
+    is the trainer.  Shared by lint (DDP009) and convert (data-parallel-to-ddp)."""
+    found: List[Tuple[ast.Assign, str, str]] = []
+    optimizers = [c for c in src.calls if N.is_optimizer(src.qualname(c.func))]
+    for assign in src.of_type(ast.Assign):
+        value = assign.value
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and isinstance(
+            value.func.value, ast.Call
+        ):
+            value = value.func.value
+        if len(assign.targets) != 1 or not src.is_call(value, wrappers):
+            continue
+        part = dotted(assign.targets[0])
+        whole = part.rsplit(".", 1)[0] if "." in part else ""
+        if not whole or whole == "self":
+            continue
+        trained = {name for call in optimizers for name in optimized_models(src, call)}
+        helper = any(
+            "optim" in last_name(call.func).lower() and any(dotted(a) == whole for a in call.args)
+            for call in src.calls
+        )
+        if whole in trained or helper or not optimizers:
+            found.append((assign, whole, part))
+    return found
+
+
 def ddp_wrapped_names(src: Source, wrappers: FrozenSet[str] = N.DDP) -> Set[str]:
     """Names (``model``, ``self.model``) assigned a DistributedDataParallel (or
     another of ``wrappers``: DataParallel, for convert)."""

@@ -72,6 +72,7 @@ class DataParallelToDDP(Transform):
         #: branch); not so for one dp2ddp converted, whose DataParallel was left
         self._hand_made = self.role.already_distributed and not self.role.set_up_by_dp2ddp
         self._changes: Optional[list] = None
+        self._partial: Optional[Dict[int, Tuple[str, str]]] = None
         self._past_wrapper_reported: Set[cst.CSTNode] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -214,6 +215,10 @@ class DataParallelToDDP(Transform):
         if any(arg.star for arg in original.args):
             self.manual(original, "DataParallel called with *args/**kwargs: wrap the module in DDP by hand")
             return updated
+        part = self._part_of_a_trained_model(original)
+        if part:
+            self.manual(original, A.PARTLY_WRAPPED_ADVICE.format(whole=part[0], part=part[1]), code="DDP009")
+            return updated
         module_arg = None
         keep = []
         kinds = []  # (parameter, argument): DataParallel(module, device_ids, output_device, dim)
@@ -278,6 +283,14 @@ class DataParallelToDDP(Transform):
         self._report_changes_after_wrap(original)
         self._report_forward_past_the_wrapper(original)
         return _with_comments(template.with_changes(args=args), updated, kinds)
+
+    def _part_of_a_trained_model(self, call: cst.Call) -> Optional[Tuple[str, str]]:
+        """(whole, part) where this wrap is ``model.encoder = DataParallel(model.encoder)``
+        of a model that trains as a whole (``_analysis.partly_wrapped_models``, lint's DDP009)."""
+        if self._partial is None:
+            self._partial = {a.lineno: (whole, part) for a, whole, part in
+                             A.partly_wrapped_models(self.ast_source, N.DATA_PARALLEL)}
+        return self._partial.get(self.position(self.statement_of(call))[0])
 
     def _dropped_outputs(self, call: cst.Call):
         """The line of a training step that drops some outputs of the model this

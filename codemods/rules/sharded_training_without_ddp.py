@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator, List, Optional, Set
+from typing import Iterator, Optional, Set
 
 from .. import _names as N
-from .._analysis import Source, argument, assigned_name, classify_loader, dotted, is_collective, is_eval_name
+from .._analysis import (
+    Source,
+    argument,
+    assigned_name,
+    classify_loader,
+    dotted,
+    is_collective,
+    is_eval_name,
+    optimized_models,
+    PARTLY_WRAPPED_ADVICE,
+    partly_wrapped_models,
+    values_bound_to,
+)
 from ._base import Diagnostic, Rule
 
 #: what synchronises gradients without DistributedDataParallel: FSDP, or a
@@ -39,7 +51,10 @@ class ShardedTrainingWithoutDDP(Rule):
     all-reduces gradients by hand. In a file that wraps some models and not
     others (a GAN's generator but not its discriminator), the others are
     reported; where DDP wraps something that cannot be named (`DDP(build())`),
-    nothing is.
+    nothing is. Also a wrap of a part of a model that trains as a whole
+    (`model.encoder = DDP(model.encoder)` with an optimizer over
+    `model.parameters()`, or one built elsewhere): the rest of the model is not
+    synchronised.
 
     ## Why is this bad?
     Nothing averages the gradients: each process updates its own copy of the
@@ -73,9 +88,11 @@ class ShardedTrainingWithoutDDP(Rule):
         "on its shard and the copies drift apart; wrap it ({name} = DistributedDataParallel({name}, "
         "device_ids=[local_rank])) before training"
     )
-    TRIGGERS = (("DistributedSampler", "backward"),)
+    TRIGGERS = (("DistributedSampler", "backward"), ("DistributedDataParallel", "parameters"))
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
+        for assign, whole, part in partly_wrapped_models(src, N.DDP):
+            yield self.diagnostic(src, assign, PARTLY_WRAPPED_ADVICE.format(whole=whole, part=part))
         if not _shards_training_data(src) or _synchronised(src):
             return
         wrapped = _wrapped_in_ddp(src)
@@ -87,7 +104,7 @@ class ShardedTrainingWithoutDDP(Rule):
                 continue
             func = src.function_of(call)
             params = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)} if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
-            for name in _trained_models(src, call):
+            for name in optimized_models(src, call):
                 if name.split(".")[0] in params - {"self"}:
                     continue  # a model handed in (Hogwild's train(rank, model)): built, and maybe wrapped, elsewhere
                 if name in called and name not in wrapped and _built_here(src, name):
@@ -212,42 +229,11 @@ def _over_parameters(src: Source, call: ast.Call) -> bool:
     return False
 
 
-def _trained_models(src: Source, optimizer: ast.Call) -> List[str]:
-    """``model`` of ``SGD(model.parameters())`` (also in parameter groups, or
-    through a variable: ``params = [p for p in model.parameters() if ...]``)."""
-    params = argument(optimizer, 0, "params")
-    if params is None:
-        return []
-    roots: List[ast.AST] = [params]
-    if isinstance(params, ast.Name):
-        roots += [v for v in _assigned(src, params.id)]
-    names: List[str] = []
-    for root in roots:
-        for node in ast.walk(root):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PARAMETERS:
-                name = dotted(node.func.value)
-                if name and name not in names:
-                    names.append(name)
-    return names
-
-
-def _assigned(src: Source, name: str) -> List[ast.AST]:
-    """Every value the dotted ``name`` (``model``, ``self.model``) is bound to."""
-    values = []
-    for node in src.of_type(ast.Assign, ast.AnnAssign):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        for target in targets:
-            for item in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
-                if dotted(item) == name:
-                    values.append(node.value if item is target else None)
-    return values
-
-
 def _built_here(src: Source, name: str) -> bool:
     """Every binding of ``name`` in the file builds a model (a class, a torch or
     torchvision factory), maybe moved or compiled; none comes from elsewhere
     (a helper, a parameter, a tuple unpacked) where a wrapper may be hiding."""
-    values = _assigned(src, name)
+    values = values_bound_to(src, name)
     if not values:
         return False
     return all(_builds_model(src, value, name) for value in values)
