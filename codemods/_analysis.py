@@ -1004,6 +1004,8 @@ def write_target(src: Source, call: ast.Call) -> Optional[ast.AST]:
     name = src.qualname(call.func)
     if name in _OPEN or isinstance(call.func, ast.Attribute) and call.func.attr == "save_pretrained":
         index, keyword = 0, ("file", "save_directory")
+    elif is_image_save(src, call):
+        index, keyword = 0, ("fp",)
     else:
         index, keyword = N.ARTIFACT_PATH_ARG.get(name, 1), ("f", "fp", "file", "fname", "filename")
     if len(call.args) > index and not any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
@@ -1045,6 +1047,36 @@ def per_rank_target(src: Source, target: ast.AST, depth: int = 3) -> bool:
             if value is not target and per_rank_target(src, value, depth - 1):
                 return True
     return False
+
+
+#: what makes a Pillow image (whose ``.save(path)`` writes a file)
+_PIL_IMAGE_MAKERS = ("PIL.Image.fromarray", "PIL.Image.open", "PIL.Image.new", "PIL.Image.frombytes", "PIL.Image.merge")
+
+
+def is_image_save(src: Source, call: ast.Call) -> bool:
+    """``Image.fromarray(a).save(path)``, or ``im.save(path)`` where the same
+    function bound ``im`` to a Pillow image (``im = Image.fromarray(a)``, also
+    through ``.convert(...)``/``.resize(...)``): a file write like ``np.save``;
+    its path is the first argument."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "save" and call.args) or "PIL" not in src.text:
+        return False
+    receiver = call.func.value
+    if isinstance(receiver, ast.Name):
+        scope = src.function_of(call)
+        values = [
+            a.value for a in (ast.walk(scope) if scope is not None else src.tree.body)
+            if isinstance(a, ast.Assign) and any(isinstance(t, ast.Name) and t.id == receiver.id for t in a.targets)
+        ]
+        return bool(values) and all(_makes_an_image(src, v) for v in values)
+    return _makes_an_image(src, receiver)
+
+
+def _makes_an_image(src: Source, value: ast.AST) -> bool:
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in (
+        "convert", "resize", "rotate", "crop", "transpose", "copy"
+    ):
+        value = value.func.value
+    return isinstance(value, ast.Call) and src.qualname(value.func) in _PIL_IMAGE_MAKERS
 
 
 def dumped_into_open(src: Source, call: ast.Call) -> Optional[ast.Call]:

@@ -136,10 +136,13 @@ class ModuleAccess(Transform):
                     instances[assign.targets[0].target.value] = classes[assign.value.func.value]
                 elif _SAVING_CLASS.search(assign.value.func.value):
                     foreign[assign.targets[0].target.value] = assign.value.func.value
+        copies = self._copies_of(scope, name, line)
         for call in P.find(scope, cst.Call):
             if (self.enclosing_function(call) or self.module) is not scope or self.position(call)[0] <= line:
                 continue
             func = call.func
+            if copies and self._updates_a_copy(call, name, copies, defs, classes, instances):
+                continue
             if isinstance(func, cst.Name) and func.value in defs:
                 if not any(P.dotted_name(a.value) == name for a in call.args):
                     continue  # (the model is not handed to it: nothing to follow, nothing to say)
@@ -166,6 +169,42 @@ class ModuleAccess(Transform):
                 self._note_foreign_saver(call, name)
             elif P.dotted_name(func).split(".", 1)[0] in foreign:  # early_stopping(val_loss, model)
                 self._note_foreign_saver(call, name, foreign[P.dotted_name(func).split(".", 1)[0]])
+
+    def _copies_of(self, scope: cst.CSTNode, name: str, line: int) -> Set[str]:
+        """Names bound after the wrap to ``copy.deepcopy(name)`` (also with
+        ``.eval().requires_grad_(False)`` after it): the EMA copy of the model."""
+        copies = set()
+        for assign in P.find(scope, cst.Assign):
+            value = assign.value
+            while (
+                isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                and "copy.deepcopy" not in self.qnames(value.func)
+            ):
+                value = value.func.value  # .eval().requires_grad_(False)
+            if (
+                len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
+                and isinstance(value, cst.Call) and value.args and "copy.deepcopy" in self.qnames(value.func)
+                and P.dotted_name(value.args[0].value) == name and self.position(assign)[0] > line
+            ):
+                copies.add(assign.targets[0].target.value)
+        return copies
+
+    def _updates_a_copy(self, call: cst.Call, name: str, copies: Set[str], defs, classes, instances) -> bool:
+        """``ema.step_ema(ema_model, model)`` of another module: an EMA update that
+        reads the model's parameters or ``state_dict()`` into its copy -- the copy is
+        of the bare model (``copy.deepcopy(model.module)``), so it gets ``model.module``
+        (the keys and the parameters match; the update runs no forward pass)."""
+        handed = [P.dotted_name(a.value) for a in call.args if not a.star]
+        if name not in handed or not copies & set(handed):
+            return False
+        head = P.dotted_name(call.func).split(".", 1)[0]
+        if head in defs or head in classes or head in instances or head == "self":
+            return False  # followed into (the same file's EMA class gets .module there)
+        self._handed_the_module[call] = name
+        self.changed(
+            call, f"{P.dotted_name(call.func)}() updates the copy of the model: it gets {name}.module, as the copy is"
+        )
+        return True
 
     def _imported_functions(self) -> Dict[str, ModelAttributeFunction]:
         """The functions of the modules this file imports that read their
@@ -344,6 +383,14 @@ class ModuleAccess(Transform):
                 for old, new in zip(original_node.args, updated_node.args)
             ]
             return updated_node.with_changes(args=args)
+        if original_node.args and "copy.deepcopy" in self.qnames(original_node.func):
+            # ``ema_model = copy.deepcopy(model)`` (an EMA, a teacher): a copy of the
+            # model, as before -- not a second DDP wrapper with 'module.' keys
+            first = original_node.args[0]
+            if first.keyword is None and not first.star and self._is_wrapped(first.value, first.value):
+                self.changed(original_node, f"copy.deepcopy({P.dotted_name(first.value)}) copies the model, not its DDP wrapper")
+                value = self._through_module(first.value, updated_node.args[0].value)
+                return updated_node.with_changes(args=[updated_node.args[0].with_changes(value=value), *updated_node.args[1:]])
         if m.matches(original_node.func, m.Name()) and original_node.func.value in _CONTAINER_BUILTINS:
             # enumerate(model), len(model), list(model) of a wrapped nn.Sequential
             args = [

@@ -220,6 +220,10 @@ class SaveOnMainProcess(MainProcessGuard):
             and not self._per_rank_path(call)
         ):  # Hugging Face models, tokenizers, configs: a folder of files each rank would write
             return "save_pretrained runs on the main process only (every rank would write the same files)"
+        if call is not None and self._image_save(call) and not self._per_rank_path(call):
+            if not all(P.is_pure(a.value) for a in call.args):
+                return None  # (what it writes is computed here)
+            return "the image is written by the main process only (every rank would write the same file)"
         if call is not None and self.is_call(call, N.ARTIFACT_WRITES) and not self._per_rank_path(call):
             if not all(P.is_pure(a.value) for a in call.args):
                 return None  # (what it writes is computed here: maybe a collective every rank must run)
@@ -671,6 +675,8 @@ class SaveOnMainProcess(MainProcessGuard):
             call = stmt.items[0].item
             # (the path as the loads see it: through a variable assigned once)
             return self._file_of(call.args[0].value) if isinstance(call, cst.Call) and call.args else None
+        if call is not None and self._image_save(call):  # Image.fromarray(a).save(path)
+            return self._file_of(call.args[0].value) if call.args else None
         if call is not None and self.is_call(call, N.ARTIFACT_WRITES):  # np.save(path, x)
             index = next(N.ARTIFACT_PATH_ARG[q] for q in self.qnames(call.func) if q in N.ARTIFACT_PATH_ARG)
             return self._file_of(call.args[index].value) if len(call.args) > index else None
@@ -684,6 +690,17 @@ class SaveOnMainProcess(MainProcessGuard):
             opened = next((a.value for a in call.args if isinstance(a.value, cst.Call) and _writes(a.value)), None)
             return self._file_of(opened.args[0].value) if opened is not None and opened.args else None
         return None
+
+    def _image_save(self, call: cst.Call) -> bool:
+        """A Pillow image's ``.save(path)`` (``_analysis.is_image_save``, shared with lint)."""
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "save"):
+            return False
+        line, offset = self._ast_key(call)
+        return any(  # (the ``.save`` call, not the ``Image.fromarray`` one that starts there too)
+            node.lineno == line and node.col_offset == offset and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "save" and A.is_image_save(self.ast_source, node)
+            for node in self.ast_source.calls
+        )
 
     def _opened(self, item: cst.WithItem) -> Optional[str]:
         """``P`` of ``with open(P, ...) as f``."""

@@ -12,6 +12,7 @@ from .._analysis import (
     called_unguarded,
     dotted,
     dumped_into_open,
+    is_image_save,
     is_pure,
     on_main_process_only,
     per_rank_target,
@@ -29,7 +30,8 @@ class SaveOnEveryRank(Rule):
     ## What it does
     In DDP code, reports `torch.save` -- and the other whole files a training
     script writes, `torchvision.utils.save_image`, `matplotlib.pyplot.savefig`/`imsave`
-    and safetensors' `save_file`/`save_model`, a `with open(path, "w") as f:`
+    and safetensors' `save_file`/`save_model`, a Pillow image's `.save(path)`
+    (`Image.fromarray(a).save(p)`, `im.save(p)`), a `with open(path, "w") as f:`
     whose body only writes the file (`json.dump(history, f)`, `f.write(...)`,
     a csv writer's rows), pandas' `df.to_csv(path)` / `to_json` / `to_parquet` /
     `to_pickle`, a method of a class of the file that writes a file (a
@@ -147,7 +149,9 @@ class SaveOnEveryRank(Rule):
         for call in src.calls:
             name = src.qualname(call.func)
             opened = dumped_into_open(src, call)  # json.dump(history, open(path, "w"))
-            if name not in N.TORCH_SAVE and name not in N.ARTIFACT_WRITES and opened is None:
+            if name not in N.TORCH_SAVE and name not in N.ARTIFACT_WRITES and opened is None and not is_image_save(
+                src, call
+            ):
                 continue
             if on_main_process_only(src, call) or _in_writing_with(src, call):
                 continue  # (one in a ``with open(...)`` is reported there)
@@ -169,7 +173,7 @@ class SaveOnEveryRank(Rule):
                 yield found
             else:
                 found = self.diagnostic(
-                    src, call, f"{dotted(call.func) or name.rsplit('.', 1)[-1]} runs on every rank: the same file is written by "
+                    src, call, f"{_writer_label(src, call, name)} runs on every rank: the same file is written by "
                     "each; write it from the main process only (if dist.get_rank() == 0)"
                 )
                 if not all(is_pure(a) for a in call.args):
@@ -213,3 +217,13 @@ def _in_writing_with(src: Source, call: ast.Call) -> bool:
     return isinstance(parent, ast.With) and _open_for_writing(src, parent) is not None
 
 
+
+
+def _writer_label(src: Source, call: ast.Call, name: str) -> str:
+    """How the message names the write: ``np.save``, ``grid.save``, the image's save()."""
+    label = dotted(call.func)
+    if label:
+        return label
+    if is_image_save(src, call):
+        return "the image's save()"
+    return name.rsplit(".", 1)[-1]
