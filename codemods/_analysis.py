@@ -2345,6 +2345,67 @@ def _device_use(call: ast.Call, name: Optional[str]) -> bool:
     return False
 
 
+def inputs_dropped_in_training(src: Source, model: str) -> List[ast.Assign]:
+    """``labels = None`` under a condition in a training step that then calls
+    ``model(x, labels)``, in a file whose ``forward`` tests a parameter for None
+    (``if y is not None: h = h + self.label_emb(y)``): classifier-free guidance
+    drops the labels on a random share of the steps, so the layers behind them get
+    no gradient there -- per rank -- and DDP needs ``find_unused_parameters=True``.
+    One decision for convert's wraps (DataParallel's and single-device ones)."""
+    if not model or f"{model}(" not in src.text or "None" not in src.text:
+        return []
+    if not any(
+        isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "forward" and _tests_a_parameter_for_none(f)
+        for f in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        return []
+    found: List[ast.Assign] = []
+    for call in src.calls:
+        if dotted(call.func) != model:
+            continue
+        scope = src.function_of(call) or src.tree
+        if not calls_method(scope, "backward"):
+            continue
+        handed = {a.id for a in call.args if isinstance(a, ast.Name)} | {
+            k.value.id for k in call.keywords if isinstance(k.value, ast.Name)
+        }
+        for node in ast.walk(scope):
+            if (
+                isinstance(node, ast.Assign) and node not in found
+                and isinstance(node.value, ast.Constant) and node.value.value is None
+                and any(isinstance(t, ast.Name) and t.id in handed for t in node.targets)
+                and node.lineno < call.lineno
+                and any(isinstance(a, ast.If) for a in src.ancestors(node))
+                and src.function_of(node) is src.function_of(call)
+            ):
+                found.append(node)
+    return found
+
+
+def dropped_inputs_note(model: str, assign: ast.Assign) -> str:
+    """Why convert passes ``find_unused_parameters=True`` (``inputs_dropped_in_training``)."""
+    name = dotted(assign.targets[0])
+    return (
+        f"{model} gets find_unused_parameters=True: a training step may hand it {name} = None (line "
+        f"{assign.lineno}), and its forward then skips the layers that use {name}, in a different step on "
+        "each rank: DDP would stop at the next step (\"Expected to have finished reduction\")"
+    )
+
+
+def _tests_a_parameter_for_none(forward: ast.AST) -> bool:
+    params = {a.arg for a in (*forward.args.posonlyargs, *forward.args.args, *forward.args.kwonlyargs)} - {"self"}
+    for node in ast.walk(forward):
+        if isinstance(node, (ast.If, ast.IfExp)) and isinstance(node.test, ast.Compare):
+            test = node.test
+            if (
+                isinstance(test.left, ast.Name) and test.left.id in params and len(test.ops) == 1
+                and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+                and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+            ):
+                return True
+    return False
+
+
 def discarded_outputs(src: Source, model: str) -> List[ast.Call]:
     """Calls of ``model`` (its forward) in a training step -- a scope that calls
     ``backward()`` -- that drop outputs which only some of its layers compute:

@@ -268,6 +268,12 @@ class DataParallelToDDP(Transform):
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             args.append(extra.with_changes(comma=cst.MaybeSentinel.DEFAULT))
         dropped = self._dropped_outputs(original)
+        dropped_inputs = self._dropped_inputs(original) if dropped is None else []
+        if dropped_inputs and not any(a.keyword and a.keyword.value == "find_unused_parameters" for a in args):
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args.append(cst.Arg(keyword=cst.Name("find_unused_parameters"), value=cst.Name("True"),
+                                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+            self.note(original, A.dropped_inputs_note(*dropped_inputs), code="DDP204")
         if dropped is not None and not any(a.keyword and a.keyword.value == "find_unused_parameters" for a in args):
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             args.append(cst.Arg(keyword=cst.Name("find_unused_parameters"), value=cst.Name("True"),
@@ -303,6 +309,19 @@ class DataParallelToDDP(Transform):
             if dropped:
                 return dropped[0].lineno
         return None
+
+    def _dropped_inputs(self, call: cst.Call) -> tuple:
+        """(model, ``labels = None`` assignment) where a training step hands the model
+        this wrap is assigned to an input it may set to None (``A.inputs_dropped_in_training``)."""
+        stmt = self.statement_of(call)
+        if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(stmt.body[0], cst.Assign):
+            return ()
+        for target in stmt.body[0].targets:
+            name = P.dotted_name(target.target)
+            dropped = A.inputs_dropped_in_training(self.ast_source, name)
+            if dropped:
+                return (name, dropped[0])
+        return ()
 
     def _unwraps_itself(self, wraps) -> bool:
         """The script takes the bare model where it may be wrapped

@@ -172,6 +172,10 @@ class WrapModel(Transform):
                 f"(line {dropped[0].lineno}), so the layers behind them get no gradient there, and DDP "
                 "would stop at the next step (\"Expected to have finished reduction\")",
             )
+        dropped_inputs = [] if dropped else A.inputs_dropped_in_training(self.ast_source, model)
+        if dropped_inputs:
+            unused = ", find_unused_parameters=True"
+            self.note(node, A.dropped_inputs_note(model, dropped_inputs[0]), code="DDP204")
         wrap = cst.parse_statement(
             f"{model} = {ddp}({module_code}, device_ids=[{local_rank}] if "
             f"{self.torch()}.cuda.is_available() else None{unused})"
@@ -306,3 +310,4 @@ def _trained_module(params: cst.BaseExpression) -> Optional[str]:
                 return None
         return roots.pop() if len(roots) == 1 else None
     return None
+

@@ -7,7 +7,7 @@ from typing import Iterator
 from .. import _names as N
 import ast
 
-from .._analysis import Source, discarded_outputs, dotted, is_true, keyword
+from .._analysis import Source, discarded_outputs, dotted, inputs_dropped_in_training, is_true, keyword
 from ._base import Diagnostic, Rule
 
 
@@ -16,7 +16,10 @@ class FindUnusedParameters(Rule):
     ## What it does
     Reports `DistributedDataParallel(..., find_unused_parameters=True)` -- unless
     a training step drops some of the wrapped model's outputs (`validity, _ =
-    d(x)` before a `backward()`): the layers behind them are unused there.
+    d(x)` before a `backward()`), or hands it an input it sets to None in some
+    steps (`if random() < 0.1: labels = None` before `model(x, labels)`, where
+    `forward` tests it: classifier-free guidance): the layers behind them are
+    unused there.
 
     ## Why is this bad?
     With it DDP walks the autograd graph after every forward to find the
@@ -56,7 +59,10 @@ class FindUnusedParameters(Rule):
     @staticmethod
     def _needed(src: Source, call) -> bool:
         """The wrapped model drops some of its outputs in a training step
-        (``discarded_outputs``): its unused parameters are real."""
+        (``discarded_outputs``), or is handed an input set to None in some steps
+        (``inputs_dropped_in_training``): its unused parameters are real."""
         parent = src.parent(call)
         targets = parent.targets if isinstance(parent, ast.Assign) else []
-        return any(discarded_outputs(src, dotted(t)) for t in targets)
+        return any(
+            discarded_outputs(src, dotted(t)) or inputs_dropped_in_training(src, dotted(t)) for t in targets
+        )
