@@ -61,6 +61,9 @@ class DataParallelToDDP(Transform):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._converted: Set[cst.Call] = set()
+        #: the DDP calls written for them (in the updated tree: an inner condition's
+        #: wrap taken out of it is found again by the condition around it)
+        self._made_wraps: Set[cst.Call] = set()
         #: lines of the wraps converted (the statement's first line)
         self._wrapped_lines: Set[int] = set()
         self._saves: Optional[Dict[int, Tuple[int, str]]] = None
@@ -288,7 +291,9 @@ class DataParallelToDDP(Transform):
         self.changed(original, "DataParallel -> DistributedDataParallel on this process's device")
         self._report_changes_after_wrap(original)
         self._report_forward_past_the_wrapper(original)
-        return _with_comments(template.with_changes(args=args), updated, kinds)
+        made = _with_comments(template.with_changes(args=args), updated, kinds)
+        self._made_wraps.add(made)
+        return made
 
     def _part_of_a_trained_model(self, call: cst.Call) -> Optional[Tuple[str, str]]:
         """(whole, part) where this wrap is ``model.encoder = DataParallel(model.encoder)``
@@ -618,6 +623,15 @@ class DataParallelToDDP(Transform):
         body = original_node.body.body
         # every wrap under the condition (a GAN wraps its generator and its discriminator)
         indices = [i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and self._wraps_here(s)]
+        if not indices and self._wraps_here(original_node.body):
+            # the wrap was taken out of an inner switch (``if "cuda" in device: ...
+            # if args.dp: net = DataParallel(net)``): it now stands in this block
+            made = [
+                i for i, s in enumerate(updated_node.body.body)
+                if isinstance(s, cst.SimpleStatementLine) and any(c in self._made_wraps for c in P.find(s, cst.Call))
+            ]
+            if made:
+                body, indices = list(updated_node.body.body), made
         index = indices[0] if indices else None
         if index is None:
             if (
