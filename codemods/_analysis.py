@@ -439,6 +439,67 @@ PARTLY_WRAPPED_ADVICE = (
 )
 
 
+#: methods that return the same module (moved, compiled, switched to training)
+SAME_MODULE_METHODS = frozenset(
+    {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval", "requires_grad_", "to_empty"}
+)
+
+
+def optimizers_of_unwrapped_models(
+    src: Source, wrapped: Set[str], wrappers: FrozenSet[str]
+) -> List[Tuple[ast.Call, str]]:
+    """(optimizer call, model) for each optimizer over a model built in this file
+    (``Net()``, a torch factory; every binding of it), run here (``model(x)``) and
+    not among ``wrapped`` (the names the file's DDP -- or, for convert, DataParallel
+    -- wraps are bound to or built on).  A model handed in as a parameter may be
+    wrapped by the caller and is not judged.  Lint's DDP009 (with DDP) and convert's
+    DataParallel programs (a student trained beside a teacher in DataParallel)."""
+    called = {dotted(call.func) for call in src.calls}
+    found: List[Tuple[ast.Call, str]] = []
+    for call in src.calls:
+        if not N.is_optimizer(src.qualname(call.func)):
+            continue
+        func = src.function_of(call)
+        params = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)} if isinstance(
+            func, (ast.FunctionDef, ast.AsyncFunctionDef)
+        ) else set()
+        for name in optimized_models(src, call):
+            if name.split(".")[0] in params - {"self"}:
+                continue  # a model handed in (Hogwild's train(rank, model)): built, and maybe wrapped, elsewhere
+            if name in called and name not in wrapped and _built_here(src, name, wrappers):
+                found.append((call, name))
+                break
+    return found
+
+
+def _built_here(src: Source, name: str, wrappers: FrozenSet[str]) -> bool:
+    """Every binding of ``name`` in the file builds a model (a class, a torch or
+    torchvision factory), maybe moved or compiled; none comes from elsewhere
+    (a helper, a parameter, a tuple unpacked) where a wrapper may be hiding."""
+    values = values_bound_to(src, name)
+    if not values:
+        return False
+    return all(_builds_model(src, value, name, wrappers) for value in values)
+
+
+def _builds_model(src: Source, value: Optional[ast.AST], name: str, wrappers: FrozenSet[str]) -> bool:
+    while isinstance(value, ast.Call):
+        func = value.func
+        if isinstance(func, ast.Attribute) and func.attr in SAME_MODULE_METHODS:
+            value = func.value  # Net().to(device), model.cuda()
+            continue
+        qualname = src.qualname(func)
+        if qualname in wrappers or qualname in N.DDP:
+            return False  # a wrapper (ddp_model = DDP(model)), not a model built here
+        if qualname.startswith("torch.") and any(dotted(a) == name for a in value.args):
+            return True  # torch.compile(model), SyncBatchNorm.convert_sync_batchnorm(model)
+        last = qualname.rsplit(".", 1)[-1] or dotted(func).rsplit(".", 1)[-1]
+        if qualname.startswith(("torch.nn.", "torchvision.models.")) or last[:1].isupper():
+            return not any(dotted(a) == name for a in value.args)  # (not Wrapper(model))
+        return False
+    return dotted(value) == name if value is not None else False  # (model = model)
+
+
 def partly_wrapped_models(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.Assign, str, str]]:
     """``(assignment, whole, part)`` for ``model.encoder = Wrapper(model.encoder)``
     (SupContrast) where the file trains more of ``model`` than the part: an

@@ -33,6 +33,7 @@ with a DDP path and a DataParallel fallback) nothing is changed.
 
 from __future__ import annotations
 
+import ast
 import re
 
 from typing import Dict, List, Optional, Set, Tuple, Union
@@ -82,6 +83,8 @@ class DataParallelToDDP(Transform):
         if self._hand_made:
             return
         self.drop_imports_if_unused(lambda qualified, bound: qualified in N.DATA_PARALLEL)
+        if self.role.in_program:
+            self._report_models_trained_unwrapped()
         for reference in A.bare_data_parallel_references(self.ast_source):
             stmt = self.statement_at(reference.lineno)
             if stmt is not None:
@@ -90,6 +93,36 @@ class DataParallelToDDP(Transform):
                     "DataParallel named here but not called (an alias, a factory argument): the "
                     "wrap made through it is not converted; pass DistributedDataParallel as in "
                     "the converted wraps, by hand",
+                )
+
+    def _report_models_trained_unwrapped(self) -> None:
+        """A model an optimizer of this file trains that no DataParallel wraps (a
+        student beside a teacher in DataParallel): the program converted, nothing
+        would average its gradients (``A.optimizers_of_unwrapped_models``, lint's
+        DDP009 on the output)."""
+        src = self.ast_source
+        wraps = list(src.calls_to(N.DATA_PARALLEL))
+        if not wraps or not A.calls_method(src.tree, "backward"):
+            return
+        wrapped = set(A.ddp_wrapped_names(src, N.DATA_PARALLEL))
+        for call in wraps:
+            module = A.argument(call, 0, "module")
+            while isinstance(module, ast.Call) and isinstance(module.func, ast.Attribute) and (
+                module.func.attr in A.SAME_MODULE_METHODS
+            ):
+                module = module.func.value
+            wrapped |= {A.dotted(n) for n in ast.walk(module) if isinstance(n, (ast.Name, ast.Attribute))} if module else set()
+            wrapped.add(A.assigned_name(src, call))
+        for optimizer, name in A.optimizers_of_unwrapped_models(src, wrapped - {""}, N.DATA_PARALLEL):
+            stmt = self.statement_at(optimizer.lineno)
+            if stmt is not None:
+                self.manual(
+                    stmt,
+                    f"this optimizer trains `{name}`, which no DataParallel wraps: converted to DDP with "
+                    f"sharded data, nothing would average its gradients and each process would train its "
+                    f"own copy; wrap it ({name} = DistributedDataParallel({name}, device_ids=[local_rank])) "
+                    "before training, or leave it on one process",
+                    code="DDP009",
                 )
 
     # class MyDP(nn.DataParallel) -------------------------------------------

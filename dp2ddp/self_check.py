@@ -15,6 +15,7 @@ then *incomplete* in the summary and convert exits 1.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from dp2ddp.codemods._model import MARKER, Finding
@@ -28,6 +29,10 @@ _SAME_PITFALL = {code: frozenset({"DDP001", "DDP009", "DDP205"}) for code in ("D
 #: what lint reports about the file itself, not about its distribution
 _NOT_ABOUT_THE_CONVERSION = frozenset({"DDP900", "DDP901"})
 TRANSFORM = "self-check"
+#: the model a DDP009 finding names ("this optimizer trains `model`, ..."): a
+#: DataParallel left for a human explains it only where that wrap is of this model
+#: (a teacher's wrap left says nothing of the student trained unwrapped)
+_UNWRAPPED_MODEL = re.compile(r"trains `([\w.]+)`")
 
 
 def leaves_it_half_distributed(code: str, severity: str) -> bool:
@@ -89,8 +94,13 @@ def check(outputs: Dict[str, Tuple[bytes, bytes, List[Finding]]]) -> SelfCheck:
         if any(f.code == diagnostic.code and first <= f.line <= last for f in findings):
             continue  # convert said so at that statement (a change, a spot or a note)
         same = _SAME_PITFALL.get(diagnostic.code, frozenset({diagnostic.code}))
-        if any(f.kind == "manual" and f.code in same for f in findings):
-            continue  # convert left that pitfall of the file for a human, and said where
+        model = _UNWRAPPED_MODEL.search(diagnostic.message) if diagnostic.code == "DDP009" else None
+        if any(
+            f.kind == "manual" and f.code in same
+            and (model is None or result.source_statement_names(f.line, model.group(1)))
+            for f in findings
+        ):
+            continue  # convert left that pitfall of the file (of that model) for a human, and said where
         line, column = result.to_source.position(diagnostic.line, diagnostic.column)
         missed.setdefault(diagnostic.path, []).append(
             Finding(
@@ -110,7 +120,9 @@ class _Output:
         from dp2ddp.engine import LineMap
 
         text = output.decode("utf-8", "replace")
-        self.to_source = LineMap(source.decode("utf-8", "replace"), text)
+        self._source_text = source.decode("utf-8", "replace")
+        self._source_tree: Optional[ast.AST] = None
+        self.to_source = LineMap(self._source_text, text)
         try:
             tree: Optional[ast.AST] = ast.parse(text)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -128,6 +140,21 @@ class _Output:
                 below = next((j for j in range(number + 1, len(lines) + 1) if not lines[j - 1].strip().startswith("#")), None)
                 if below in outermost:
                     self._marked.append((below, outermost[below]))
+
+    def source_statement_names(self, line: int, name: str) -> bool:
+        """The source's statement that starts at ``line`` (where a spot was
+        reported) mentions ``name`` (a whole word: ``model``, not ``teacher_model``)."""
+        if self._source_tree is None:
+            try:
+                self._source_tree = ast.parse(self._source_text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                return True  # (cannot tell: as before)
+        lines = self._source_text.splitlines()
+        for node in ast.walk(self._source_tree):
+            if isinstance(node, ast.stmt) and node.lineno == line:
+                text = "\n".join(lines[node.lineno - 1 : (node.end_lineno or node.lineno)])
+                return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", text) is not None
+        return True
 
     def marked(self, line: int) -> bool:
         """``line`` lies in a statement whose marker stands right above it."""

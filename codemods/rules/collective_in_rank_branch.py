@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 from .._analysis import (
     Source,
@@ -29,7 +29,9 @@ class CollectiveInRankBranch(Rule):
     `if dist.get_rank() != 0:`, `if is_main_process():`) -- also through a
     function of the file that runs one (`if rank == 0: print(sync_metric(loss))`,
     `validate(model.module, loader)` that all-reduces its sums) -- and a `break` or
-    `return` inside such a branch that leaves a loop or function where the other
+    `return` inside such a branch -- or under a flag that only such a branch sets
+    and no collective shares (`if rank == 0: should_stop = ...` then `if
+    should_stop: break`) -- that leaves a loop or function where the other
     ranks go on to a collective (a `backward()` of a DDP model, a DDP forward, a
     `barrier`). What counts as a rank check is documented in `_analysis`
     (`is_rank_dependent`): comparisons of `dist.get_rank()`, `rank`,
@@ -116,7 +118,9 @@ class CollectiveInRankBranch(Rule):
             return
         wrapped = ddp_wrapped_names(src)
         for node in src.nodes:
-            branch = rank_branch(src, node) if isinstance(node, (ast.Break, ast.Return)) else None
+            branch = (rank_branch(src, node) or _flag_set_on_some_ranks(src, node)) if isinstance(
+                node, (ast.Break, ast.Return)
+            ) else None
             if branch is not None:
                 kind_of = type(node)
                 if _other_branch_has(src, branch, node, lambda n: isinstance(n, kind_of)):
@@ -133,6 +137,37 @@ class CollectiveInRankBranch(Rule):
                         f"rank-dependent {kind}: the other ranks go on to a collective "
                         "(DDP backward/forward, barrier) and wait forever",
                     )
+
+
+def _flag_set_on_some_ranks(src: Source, node: ast.AST) -> Optional[ast.If]:
+    """The ``if should_stop:`` around ``node`` whose flag only some ranks set:
+    ``should_stop = ...`` inside a rank branch of the same function (early stopping
+    decided on rank 0), and never handed to a collective (``dist.broadcast``,
+    ``broadcast_object_list``, ``all_reduce`` of it) that would share it."""
+    parent = src.parent(node)
+    while parent is not None and not isinstance(parent, ast.If):
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.While)):
+            return None
+        parent = src.parent(parent)
+    if parent is None:
+        return None
+    test = parent.test.operand if isinstance(parent.test, ast.UnaryOp) else parent.test
+    flag = dotted(test)
+    if not flag:
+        return None
+    scope = src.function_of(parent)
+    nodes = list(ast.walk(scope)) if scope is not None else src.nodes
+    set_on_some = any(
+        isinstance(n, (ast.Assign, ast.AugAssign)) and any(dotted(t) == flag for t in getattr(n, "targets", [getattr(n, "target", None)]))
+        and rank_branch(src, n) is not None
+        for n in nodes
+    )
+    shared = any(
+        isinstance(n, ast.Call) and is_collective(src, n)
+        and any(dotted(sub) == flag for arg in n.args for sub in ast.walk(arg))
+        for n in nodes
+    )
+    return parent if set_on_some and not shared else None
 
 
 def _collective_functions(src: Source) -> dict:

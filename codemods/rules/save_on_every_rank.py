@@ -12,6 +12,7 @@ from .._analysis import (
     called_unguarded,
     dotted,
     dumped_into_open,
+    is_main_process_check,
     is_image_save,
     is_pure,
     on_main_process_only,
@@ -23,6 +24,14 @@ from .._analysis import (
     uses_distributed,
 )
 from ._base import Diagnostic, Rule
+
+
+#: a save guarded by the local rank only (DDP302, as a warning)
+LOCAL_RANK_MESSAGE = (
+    "saved where LOCAL_RANK is 0: that is one process per machine, so on several machines each "
+    "node's first process writes this same file (a race on a shared file system); guard it with the "
+    "global rank (dist.get_rank() == 0), or give each node its own path"
+)
 
 
 class SaveOnEveryRank(Rule):
@@ -38,8 +47,11 @@ class SaveOnEveryRank(Rule):
     project's own logger: `open("log.txt", "a").write(...)` in `add()`) --
     that every rank reaches: not under a
     main-process check (`if dist.get_rank() == 0:`, `if is_main_process():`,
-    `if args.local_rank in [-1, 0]:`, after `if rank != 0: return`), and not in a
-    function that this file only calls under such a check. A function this file
+    after `if rank != 0: return`), and not in a
+    function that this file only calls under such a check. A `torch.save` under
+    a check of the local rank only (`if local_rank == 0:`, `if args.local_rank in
+    [-1, 0]:`) is a warning: one writer per machine, which on several machines
+    sharing a file system is several writers of one file. A function this file
     never calls (an API: `save_checkpoint()` in a utilities module) is not
     reported: its callers elsewhere decide. Neither is a save into an in-memory
     buffer (`io.BytesIO`) or to a path that names the rank or comes from
@@ -153,6 +165,11 @@ class SaveOnEveryRank(Rule):
                 src, call
             ):
                 continue
+            if on_main_process_only(src, call) and name in N.TORCH_SAVE and _guarded_by_local_rank(src, call):
+                found = self.diagnostic(src, call, LOCAL_RANK_MESSAGE)
+                found.severity, found.fix = "warning", None  # (right on one machine)
+                yield found
+                continue
             if on_main_process_only(src, call) or _in_writing_with(src, call):
                 continue  # (one in a ``with open(...)`` is reported there)
             target = write_target(src, call)
@@ -227,3 +244,24 @@ def _writer_label(src: Source, call: ast.Call, name: str) -> str:
     if is_image_save(src, call):
         return "the image's save()"
     return name.rsplit(".", 1)[-1]
+
+
+def _guarded_by_local_rank(src: Source, call: ast.Call) -> bool:
+    """The main-process check that guards ``call`` asks for the local rank only
+    (``if local_rank == 0:``, ``if args.local_rank in [-1, 0]:``,
+    ``int(os.environ["LOCAL_RANK"]) == 0``), never for the global one."""
+    child: ast.AST = call
+    for anc in src.ancestors(call):
+        if isinstance(anc, ast.If) and child in anc.body and is_main_process_check(src, anc.test):
+            words = [
+                n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else n.value
+                for n in ast.walk(anc.test)
+                if isinstance(n, (ast.Name, ast.Attribute)) or isinstance(n, ast.Constant) and isinstance(n.value, str)
+            ]
+            local = any("local" in w.lower() for w in words)
+            other = any(("rank" in w.lower() or w in ("get_rank", "is_main_process")) and "local" not in w.lower() for w in words)
+            return local and not other
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        child = anc
+    return False

@@ -15,10 +15,10 @@ from .._analysis import (
     dotted,
     is_collective,
     is_eval_name,
-    optimized_models,
+    optimizers_of_unwrapped_models,
     PARTLY_WRAPPED_ADVICE,
+    SAME_MODULE_METHODS,
     partly_wrapped_models,
-    values_bound_to,
 )
 from ._base import Diagnostic, Rule
 
@@ -34,7 +34,7 @@ _FRAMEWORKS = ("horovod", "deepspeed", "accelerate", "apex", "fairscale", "light
 #: words in the text without which nothing of the above can be named
 _SYNC_WORDS = re.compile(r"fsdp|fully_shard|_composable|distributed\.optim|algorithms")
 #: methods that return the same module (moved, compiled, switched to training)
-_SAME_MODULE = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval", "requires_grad_", "to_empty"})
+_SAME_MODULE = SAME_MODULE_METHODS
 _PARAMETERS = frozenset({"parameters", "named_parameters"})
 
 
@@ -98,18 +98,8 @@ class ShardedTrainingWithoutDDP(Rule):
         wrapped = _wrapped_in_ddp(src)
         if wrapped is None:
             return  # a DDP wrap of something this cannot name
-        called = {dotted(call.func) for call in src.calls}
-        for call in src.calls:
-            if not N.is_optimizer(src.qualname(call.func)):
-                continue
-            func = src.function_of(call)
-            params = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)} if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
-            for name in optimized_models(src, call):
-                if name.split(".")[0] in params - {"self"}:
-                    continue  # a model handed in (Hogwild's train(rank, model)): built, and maybe wrapped, elsewhere
-                if name in called and name not in wrapped and _built_here(src, name):
-                    yield self.diagnostic(src, call, self.MESSAGE.format(name=name))
-                    break
+        for call, name in optimizers_of_unwrapped_models(src, wrapped, N.DDP):
+            yield self.diagnostic(src, call, self.MESSAGE.format(name=name))
 
 
 def _shards_training_data(src: Source) -> bool:
@@ -229,29 +219,3 @@ def _over_parameters(src: Source, call: ast.Call) -> bool:
     return False
 
 
-def _built_here(src: Source, name: str) -> bool:
-    """Every binding of ``name`` in the file builds a model (a class, a torch or
-    torchvision factory), maybe moved or compiled; none comes from elsewhere
-    (a helper, a parameter, a tuple unpacked) where a wrapper may be hiding."""
-    values = values_bound_to(src, name)
-    if not values:
-        return False
-    return all(_builds_model(src, value, name) for value in values)
-
-
-def _builds_model(src: Source, value: Optional[ast.AST], name: str) -> bool:
-    while isinstance(value, ast.Call):
-        func = value.func
-        if isinstance(func, ast.Attribute) and func.attr in _SAME_MODULE:
-            value = func.value  # Net().to(device), model.cuda()
-            continue
-        qualname = src.qualname(func)
-        if qualname in N.DDP:
-            return False  # a wrapper (ddp_model = DDP(model)), not a model built here
-        if qualname.startswith("torch.") and any(dotted(a) == name for a in value.args):
-            return True  # torch.compile(model), SyncBatchNorm.convert_sync_batchnorm(model)
-        last = qualname.rsplit(".", 1)[-1] or dotted(func).rsplit(".", 1)[-1]
-        if qualname.startswith(("torch.nn.", "torchvision.models.")) or last[:1].isupper():
-            return not any(dotted(a) == name for a in value.args)  # (not Wrapper(model))
-        return False
-    return dotted(value) == name if value is not None else False  # (model = model)
