@@ -235,3 +235,56 @@ def imported_facts(src: Source) -> ImportedFacts:
     src.cache["imported_facts"] = facts
     src.cache["imported_files"] = tuple(read)
     return facts
+
+
+# ------------------------------------------------------------------ who imports the file
+#: a module file that sets DDP up (read from its text: no parse)
+_DDP_TEXT = re.compile(r"DistributedDataParallel|init_process_group|init_distributed_mode")
+
+
+def imported_by_ddp_code(src: Source) -> bool:
+    """A DDP program imports this file: a Python file beside it or in a folder
+    above it (``ANCESTOR_LEVELS``) imports its module (``from engine import
+    train_one_epoch``, ``import engine``) and sets up DDP.  DETR's, DeiT's and
+    MAE's ``engine.py`` holds the training loop that ``main.py`` calls with the
+    DDP model.  The files read are kept in ``src.cache["imported_files"]`` (the
+    cache of the finding follows them)."""
+    if src.path.startswith("<"):
+        return False
+    path = os.path.abspath(src.path)
+    folder = os.path.dirname(path)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if stem == "__init__":
+        stem = os.path.basename(folder)
+    mention = re.compile(rf"^\s*(from\s+[\w.]*\b{re.escape(stem)}\b[\w.]*\s+import|import\s+[\w.]*\b{re.escape(stem)}\b|from\s+[\w.]+\s+import\s+.*\b{re.escape(stem)}\b)", re.M)
+    read = list(src.cache.get("imported_files", ()))
+    bases = [folder]
+    for _ in range(ANCESTOR_LEVELS):
+        parent = os.path.dirname(bases[-1])
+        if parent == bases[-1]:
+            break
+        bases.append(parent)
+    found = False
+    for base in bases:
+        try:
+            names = sorted(os.listdir(base))
+        except OSError:
+            continue
+        read.append(base)  # (a file added or removed there changes the folder's mtime)
+        for name in names:
+            candidate = os.path.join(base, name)
+            if not name.endswith(".py") or candidate == path:
+                continue
+            try:
+                with open(candidate, "rb") as handle:
+                    text = handle.read(2_000_000).decode("utf-8", "replace")
+            except OSError:
+                continue
+            read.append(candidate)  # (an edit may make it an importer)
+            if mention.search(text) and _DDP_TEXT.search(text):
+                found = True
+                break
+        if found:
+            break
+    src.cache["imported_files"] = tuple(dict.fromkeys(read))
+    return found

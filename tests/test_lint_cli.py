@@ -696,10 +696,11 @@ def train_one_epoch(model, loader, optimizer):
 '''
 
 
-def test_print_replaced_in_an_imported_module_is_followed_and_cached_with_it(tmp_path):
+def test_print_replaced_in_an_imported_module_is_followed_and_cached_with_it(tmp_path, monkeypatch):
     """DETR's shape: util/misc.py replaces builtins.print with a rank-aware one;
     engine.py, linted alone, imports it: its prints are the main process's.  The
     cache keeps engine.py's findings only while util/misc.py is unchanged."""
+    monkeypatch.delenv("DP2DDP_NO_CACHE", raising=False)
     (tmp_path / "util").mkdir()
     (tmp_path / "util" / "__init__.py").write_text("")
     misc = tmp_path / "util" / "misc.py"
@@ -732,3 +733,32 @@ def test_a_test_file_exercising_dataparallel_and_spawning_its_processes_is_not_a
     (tmp_path / "train.py").write_text(code)
     result = lint("--no-config", ".", cwd=tmp_path)
     assert "tests" not in result.output and "train.py:10:13: DDP001" in result.output, result.output
+
+
+def test_accumulation_in_an_engine_that_a_ddp_main_imports(tmp_path, monkeypatch):
+    """MAE's and DeiT's layout: main.py wraps in DDP and calls engine.py's
+    train_one_epoch, which accumulates gradients; engine.py never names
+    torch.distributed.  Lint of engine.py alone finds the accumulation through its
+    importer; without a DDP importer, single-process accumulation is fine.  (With
+    the cache on: an importer that changes is seen.)"""
+    monkeypatch.delenv("DP2DDP_NO_CACHE", raising=False)
+    engine = (
+        "def train_one_epoch(model, loader, optimizer, accum_iter=4):\n"
+        "    for step, (x, y) in enumerate(loader):\n"
+        "        loss = model(x).sum() / accum_iter\n"
+        "        loss.backward()\n"
+        "        if (step + 1) % accum_iter == 0:\n"
+        "            optimizer.step()\n"
+        "            optimizer.zero_grad()\n"
+    )
+    (tmp_path / "engine.py").write_text("import torch\n\n\n" + engine)
+    main = tmp_path / "main.py"
+    main.write_text("from engine import train_one_epoch\n")
+    result = lint("--no-config", "engine.py", cwd=tmp_path)
+    assert result.exit_code == 0 and "DDP203" not in result.output, result.output
+    main.write_text(
+        "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "from engine import train_one_epoch\n\nmodel = DDP(torch.nn.Linear(2, 2))\n"
+    )
+    result = lint("--no-config", "engine.py", cwd=tmp_path)
+    assert "engine.py:7:9: DDP203" in result.output, result.output

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterator
+from typing import Iterator, Optional
 
 from .._analysis import Source, calls_method, dotted, uses_distributed
+from .._program import imported_by_ddp_code
 from ._base import Diagnostic, Rule
 
 
@@ -55,11 +56,10 @@ class AccumulationWithoutNoSync(Rule):
     FIX = "safe"
     FIX_TRANSFORMS = ("no-sync-accumulation",)
     FIX_DESCRIPTION = "run the non-final micro-steps inside model.no_sync()"
-    TRIGGERS = (("backward", "istributed"),)
+    TRIGGERS = (("backward", "istributed"), ("backward", "step"), ("update_grad",))
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
-        if not uses_distributed(src):
-            return
+        ddp_code: Optional[bool] = None  # (asked only where a loop accumulates)
         for loop in src.nodes:
             if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
                 continue
@@ -67,10 +67,18 @@ class AccumulationWithoutNoSync(Rule):
                 continue
             body = loop.body
             backward = next((i for i, s in enumerate(body) if _is_backward(s)), None)
-            if backward is None:
+            scaled = None if backward is not None else _scaler_accumulation(src, loop)
+            if not (backward is not None and accumulates(loop) or scaled is not None):
                 continue
-            if accumulates(loop):
-                yield self.diagnostic(src, body[backward])
+            if ddp_code is None:
+                # the DDP program: this file, or one that imports it (``engine.py``'s
+                # train_one_epoch, called by ``main.py`` with the DDP model)
+                ddp_code = uses_distributed(src) or imported_by_ddp_code(src)
+            if ddp_code:
+                found = self.diagnostic(src, body[backward] if backward is not None else scaled)
+                if scaled is not None:
+                    found.fix = None  # (the backward is in the helper: no_sync goes around the call, by hand)
+                yield found
 
 
 def accumulates(loop: ast.AST) -> bool:
@@ -144,6 +152,22 @@ def _exists_test(node: ast.If) -> bool:
         if not dotted(test) or dotted(test) not in stepped:
             return False
     return True
+
+
+def _scaler_accumulation(src: Source, loop: ast.AST) -> Optional[ast.stmt]:
+    """``loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0)`` in the
+    loop's body (MAE's and timm's NativeScaler: ``backward()`` and the step run in
+    the helper, the step only when ``update_grad``): the statement, when its
+    ``update_grad`` changes from one iteration to the next."""
+    varying = _bound_in(loop)
+    for stmt in getattr(loop, "body", []):
+        call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+        if call is None:
+            continue
+        update = next((k.value for k in call.keywords if k.arg in ("update_grad", "update", "step")), None)
+        if update is not None and _varies(update, varying) and not isinstance(update, ast.Constant):
+            return stmt
+    return None
 
 
 def _is_backward(stmt: ast.stmt) -> bool:
