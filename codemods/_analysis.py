@@ -1299,8 +1299,34 @@ def is_collective(src: Source, call: ast.Call) -> bool:
     name = src.qualname(call.func)
     if name in N.COLLECTIVES:
         return True
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict" and "FullyShardedDataParallel" in src.text:
+        return _gathers_a_full_state_dict(src, call)
     # dist.barrier() through an unusual alias, e.g. `from torch import distributed`
     return name.startswith("torch.distributed.") and name.rsplit(".", 1)[-1] in _COLLECTIVE_NAMES
+
+
+_FSDP = "torch.distributed.fsdp.FullyShardedDataParallel"
+
+
+def _gathers_a_full_state_dict(src: Source, call: ast.Call) -> bool:
+    """``model.state_dict()`` of a model wrapped in FSDP: under FULL_STATE_DICT
+    (FSDP's default) every rank's shards are gathered -- a collective every rank
+    must run, even with ``rank0_only=True``; not inside a ``with
+    FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT)`` (or LOCAL)."""
+    owner = dotted(call.func.value)  # type: ignore[attr-defined]
+    if not owner or owner not in {
+        dotted(t) for a in src.of_type(ast.Assign) if src.is_call(a.value, frozenset({_FSDP, "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel"}))
+        for t in a.targets
+    }:
+        return False
+    for anc in src.ancestors(call):
+        if isinstance(anc, ast.With):
+            for item in anc.items:
+                context = item.context_expr
+                if isinstance(context, ast.Call) and last_name(context.func) == "state_dict_type":
+                    kinds = {last_name(a) for a in context.args}
+                    return "FULL_STATE_DICT" in kinds or not kinds & {"SHARDED_STATE_DICT", "LOCAL_STATE_DICT"}
+    return True
 
 
 _COLLECTIVE_NAMES = frozenset(n.rsplit(".", 1)[-1] for n in N.COLLECTIVES)

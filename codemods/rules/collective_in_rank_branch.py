@@ -25,7 +25,9 @@ class CollectiveInRankBranch(Rule):
     """
     ## What it does
     Reports a collective (`dist.barrier()`, `all_reduce`, `broadcast`,
-    `all_gather`, ...) inside a branch that depends on the rank (`if rank == 0:`,
+    `all_gather`, ..., and the `state_dict()` of an FSDP model under
+    `FULL_STATE_DICT`, its default, which gathers every rank's shards even with
+    `rank0_only=True`) inside a branch that depends on the rank (`if rank == 0:`,
     `if dist.get_rank() != 0:`, `if is_main_process():`) -- also through a
     function of the file that runs one (`if rank == 0: print(sync_metric(loss))`,
     `validate(model.module, loader)` that all-reduces its sums) -- and a `break` or
