@@ -1946,6 +1946,15 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
     training (``.half()`` to export) are not reported."""
     found: List[Tuple[ast.stmt, int, str, str]] = []
     trainers = _training_functions(src)
+    optimized: List[Set[str]] = []
+
+    def trained() -> Set[str]:  # the models the file's optimizers step (asked only for a freeze)
+        if not optimized:
+            optimized.append({
+                model for call in src.calls if N.is_optimizer(src.qualname(call.func))
+                for model in optimized_models(src, call)
+            })
+        return optimized[0]
 
     def trains(node: ast.AST) -> bool:  # (here, or in train_one_epoch(model, ...); a def runs nothing)
         return any(
@@ -1973,6 +1982,10 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
                 inner = ""
             for owner in (name, inner) if inner and inner != name else (name,):
                 for node, what in _parameter_changes(later, owner):
+                    if what in ("requires_grad set", ".requires_grad_()") and _grad_values(node) == {False} and not (
+                        {name, inner} & trained()
+                    ):
+                        continue  # a teacher frozen after the wrap: no optimizer steps it, no backward reaches it
                     stmt = _statement_of(src, node)
                     if stmt not in reported:
                         reported.add(stmt)

@@ -94,14 +94,29 @@ def _holds_global_rank(src: Source, node: ast.AST) -> bool:
     return is_global_rank_expr(src, node)
 
 
-def _spawn_index_parameter(src: Source, scope: ast.AST, name: str) -> bool:
+def _spawn_index_parameter(src: Source, scope: ast.AST, name: str, depth: int = 0) -> bool:
     """``name`` is the first parameter of a function this file hands to
-    ``mp.spawn``: the process index on this machine (PyTorch's DDP tutorial)."""
+    ``mp.spawn`` -- the process index on this machine (PyTorch's DDP tutorial) --
+    or a parameter that such a function hands it to (``main(rank, world)`` calls
+    ``ddp_setup(rank, world)``: the tutorial series)."""
     args = getattr(scope, "args", None)
-    if args is None or not args.args or args.args[0].arg != name:
+    params = [a.arg for a in args.args] if args is not None else []
+    if name not in params:
         return False
-    return any(
+    position, function = params.index(name), getattr(scope, "name", None)
+    if position == 0 and any(
         src.qualname(call.func) in N.SPAWN and call.args and isinstance(call.args[0], ast.Name)
-        and call.args[0].id == getattr(scope, "name", None)
+        and call.args[0].id == function
         for call in src.calls
-    )
+    ):
+        return True
+    if depth >= 2:
+        return False
+    for call in src.calls:  # the callers that hand it a spawn index
+        if isinstance(call.func, ast.Name) and call.func.id == function and len(call.args) > position:
+            handed, caller = call.args[position], src.function_of(call)
+            if isinstance(handed, ast.Name) and caller is not None and _spawn_index_parameter(
+                src, caller, handed.id, depth + 1
+            ):
+                return True
+    return False

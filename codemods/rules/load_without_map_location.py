@@ -56,6 +56,8 @@ class LoadWithoutMapLocation(Rule):
             if src.qualname(call.func) in N.TORCH_LOAD and argument(call, 1, "map_location") is None:
                 if any(kw.arg is None for kw in call.keywords):
                     continue  # ``**kwargs`` may carry it
+                if _saved_on_the_cpu_here(src, call):
+                    continue  # ``torch.save(feats.cpu(), join(d, "trainfeat.pth"))`` ... ``torch.load(join(e, "trainfeat.pth"))``
                 if _other_branch_maps(src, call):
                     continue  # ``if args.gpu is None: load(p) else: load(p, map_location=loc)``
                 yield self.diagnostic(src, call)
@@ -79,3 +81,37 @@ def _other_branch_maps(src: Source, call: ast.Call) -> bool:
             return False
         child = anc
     return False
+
+
+def _file_name(path: ast.AST) -> str:
+    """The last string constant of a path expression (``"trainfeat.pth"`` of
+    ``os.path.join(args.dump_features, "trainfeat.pth")``), or ""."""
+    names = [n.value for n in ast.walk(path) if isinstance(n, ast.Constant) and isinstance(n.value, str) and "." in n.value]
+    return names[-1].rsplit("/", 1)[-1] if names else ""
+
+
+def _on_the_cpu(value: ast.AST) -> bool:
+    """``x.cpu()``, ``{k: v.cpu() ...}``, ``[t.cpu() ...]``: CPU tensors only."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        return value.func.attr == "cpu" or value.func.attr in ("numpy", "tolist", "item")
+    if isinstance(value, ast.DictComp):
+        return _on_the_cpu(value.value)
+    if isinstance(value, (ast.ListComp, ast.GeneratorExp)):
+        return _on_the_cpu(value.elt)
+    if isinstance(value, ast.Dict):
+        return bool(value.values) and all(_on_the_cpu(v) for v in value.values)
+    return False
+
+
+def _saved_on_the_cpu_here(src: Source, load: ast.Call) -> bool:
+    """The file loads a file of the same name that it saves as CPU tensors
+    (DINO's features dumped with ``.cpu()`` and loaded back): nothing to map."""
+    path = argument(load, 0, "f")
+    name = _file_name(path) if path is not None else ""
+    if not name:
+        return False
+    return any(
+        src.qualname(save.func) in N.TORCH_SAVE and len(save.args) >= 2
+        and _file_name(save.args[1]) == name and _on_the_cpu(save.args[0])
+        for save in src.calls
+    )

@@ -19,7 +19,10 @@ class ModelChangedAfterWrap(Rule):
     `.apply(init_fn)`, `.requires_grad_()`, or `requires_grad` set in a loop over
     its parameters. Once training has started, a `requires_grad` switch that
     more training follows (unfreezing a backbone at epoch N) is reported too,
-    unless the model is wrapped again after it. The same recogniser runs in
+    unless the model is wrapped again after it. A model frozen after the wrap
+    that no optimizer of the file steps (DINO's teacher) is not reported: no
+    backward reaches it. Changes made through the module the wrap was built on
+    (`net = DDP(core)`, then `core.head.apply(init)`) count too. The same recogniser runs in
     `dp2ddp convert`, on the DataParallel wraps it turns into DDP.
 
     ## Why is this bad?
