@@ -1110,6 +1110,19 @@ def per_rank_target(src: Source, target: ast.AST, depth: int = 3) -> bool:
     return False
 
 
+def file_handler_added(src: Source, call: ast.Call) -> bool:
+    """``logger.addHandler(logging.FileHandler(path))`` with a path that does not
+    name the rank: the file is opened for appending by every rank that runs it.
+    A file write for lint (DDP302) and convert (rank 0)."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "addHandler" and len(call.args) == 1):
+        return False
+    handler = call.args[0]
+    if not (isinstance(handler, ast.Call) and src.qualname(handler.func) in ("logging.FileHandler", "logging.handlers.RotatingFileHandler")):
+        return False
+    path = argument(handler, 0, "filename")
+    return path is not None and not per_rank_target(src, path) and is_pure(path)
+
+
 #: what makes a Pillow image (whose ``.save(path)`` writes a file)
 _PIL_IMAGE_MAKERS = ("PIL.Image.fromarray", "PIL.Image.open", "PIL.Image.new", "PIL.Image.frombytes", "PIL.Image.merge")
 

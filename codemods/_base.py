@@ -928,7 +928,12 @@ class Transform(Codemod, cst.CSTTransformer):
             return func
         stmts = list(body.body)
         at = 0
-        while at < len(stmts) and (_is_docstring(stmts[at]) and at == 0 or _is_global_decl(stmts[at])):
+        # after the docstring, ``global`` declarations and the function's own imports
+        # (``import torch`` there makes ``torch`` local to the function: the preamble
+        # above it would read it unbound -- pytorch-playground's eval_model)
+        while at < len(stmts) and (
+            _is_docstring(stmts[at]) and at == 0 or _is_global_decl(stmts[at]) or _is_import(stmts[at])
+        ):
             at += 1
         # together with the rank preamble an earlier transform put there, local_rank
         # first: ``device`` is computed from it

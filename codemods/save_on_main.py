@@ -220,6 +220,8 @@ class SaveOnMainProcess(MainProcessGuard):
             and not self._per_rank_path(call)
         ):  # Hugging Face models, tokenizers, configs: a folder of files each rank would write
             return "save_pretrained runs on the main process only (every rank would write the same files)"
+        if call is not None and self._file_handler_added(call):
+            return "the log file's handler is added on the main process only (every rank would append to the same file)"
         if call is not None and self._image_save(call) and not self._per_rank_path(call):
             if not all(P.is_pure(a.value) for a in call.args):
                 return None  # (what it writes is computed here)
@@ -444,6 +446,17 @@ class SaveOnMainProcess(MainProcessGuard):
 
     def after_run(self, run: Sequence[cst.BaseStatement]) -> List[cst.BaseStatement]:
         if self._removal(run[0]) is not None:
+            func = self.enclosing_function(run[0])
+            if func is not None and not self._runs_once(func):
+                # (playground's Logger.init(), called by every info(): a barrier there
+                # would run per log line, and on rank 0 alone once the callers are guarded)
+                self.note(
+                    run[0],
+                    f"the removal runs on the main process only, with no barrier after it: "
+                    f"{func.name.value}() may run more than once, or where not every rank gets; if other "
+                    "ranks read that path, add dist.barrier() after the call of it that every rank reaches",
+                )
+                return []
             return self._barrier_after(
                 run[0], "no rank goes on before the main process has removed the path", what="the removal"
             )
@@ -690,6 +703,12 @@ class SaveOnMainProcess(MainProcessGuard):
             opened = next((a.value for a in call.args if isinstance(a.value, cst.Call) and _writes(a.value)), None)
             return self._file_of(opened.args[0].value) if opened is not None and opened.args else None
         return None
+
+    def _file_handler_added(self, call: cst.Call) -> bool:
+        """``logger.addHandler(logging.FileHandler(path))``: the file is opened for
+        appending by every rank that runs it (``_analysis.file_handler_added``)."""
+        node = self.ast_call(call) if isinstance(call.func, cst.Attribute) and call.func.attr.value == "addHandler" else None
+        return node is not None and A.file_handler_added(self.ast_source, node)
 
     def _image_save(self, call: cst.Call) -> bool:
         """A Pillow image's ``.save(path)`` (``_analysis.is_image_save``, shared with lint)."""

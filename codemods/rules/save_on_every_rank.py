@@ -12,6 +12,7 @@ from .._analysis import (
     called_unguarded,
     dotted,
     dumped_into_open,
+    file_handler_added,
     is_main_process_check,
     is_image_save,
     is_pure,
@@ -40,7 +41,8 @@ class SaveOnEveryRank(Rule):
     In DDP code, reports `torch.save` -- and the other whole files a training
     script writes, `torchvision.utils.save_image`, `matplotlib.pyplot.savefig`/`imsave`
     and safetensors' `save_file`/`save_model`, a Pillow image's `.save(path)`
-    (`Image.fromarray(a).save(p)`, `im.save(p)`), a `with open(path, "w") as f:`
+    (`Image.fromarray(a).save(p)`, `im.save(p)`), a log file's handler
+    (`logger.addHandler(logging.FileHandler(path))`), a `with open(path, "w") as f:`
     whose body only writes the file (`json.dump(history, f)`, `f.write(...)`,
     a csv writer's rows), pandas' `df.to_csv(path)` / `to_json` / `to_parquet` /
     `to_pickle`, a method of a class of the file that writes a file (a
@@ -107,7 +109,7 @@ class SaveOnEveryRank(Rule):
     TRIGGERS = (
         ("save", "istributed"), ("open", "istributed"), ("mkdir", "istributed"), ("makedirs", "istributed"),
         ("rmtree", "istributed"), ("remove", "istributed"), ("unlink", "istributed"), ("rmdir", "istributed"),
-        ("to_", "istributed"),
+        ("to_", "istributed"), ("FileHandler", "istributed"),
     )
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
@@ -163,7 +165,7 @@ class SaveOnEveryRank(Rule):
             opened = dumped_into_open(src, call)  # json.dump(history, open(path, "w"))
             if name not in N.TORCH_SAVE and name not in N.ARTIFACT_WRITES and opened is None and not is_image_save(
                 src, call
-            ):
+            ) and not file_handler_added(src, call):
                 continue
             if on_main_process_only(src, call) and name in N.TORCH_SAVE and _guarded_by_local_rank(src, call):
                 found = self.diagnostic(src, call, LOCAL_RANK_MESSAGE)
@@ -243,6 +245,8 @@ def _writer_label(src: Source, call: ast.Call, name: str) -> str:
         return label
     if is_image_save(src, call):
         return "the image's save()"
+    if file_handler_added(src, call):
+        return "a logging.FileHandler added"
     return name.rsplit(".", 1)[-1]
 
 
