@@ -80,6 +80,8 @@ class SaveOnMainProcess(MainProcessGuard):
         self._removal_stmts: Optional[Dict[Tuple[int, int], W.Removal]] = None
         #: ``with`` statement -> the DDP models its file of samples is drawn through (``_sampled``)
         self._sampled_through: Dict[cst.With, Optional[Set[str]]] = {}
+        #: writes left on every rank because their arguments compute (reported once)
+        self._computed_writes: Set[cst.BaseStatement] = set()
 
     # -- folders made and paths removed (``_writes``) ----------------------------
     def _ast_key(self, node: cst.CSTNode) -> Tuple[int, int]:
@@ -228,7 +230,9 @@ class SaveOnMainProcess(MainProcessGuard):
             return "the image is written by the main process only (every rank would write the same file)"
         if call is not None and self.is_call(call, N.ARTIFACT_WRITES) and not self._per_rank_path(call):
             if not all(P.is_pure(a.value) for a in call.args):
-                return None  # (what it writes is computed here: maybe a collective every rank must run)
+                # (what it writes is computed here: maybe a collective every rank must run)
+                self._report_computed_write(stmt, call)
+                return None
             return f"{P.dotted_name(call.func)} runs on the main process only (every rank would write the same file)"
         if call is not None and self._logger_call(call) is not None:  # writer.add_scalar(...) of a class of the file
             node = self._logger_call(call)
@@ -703,6 +707,23 @@ class SaveOnMainProcess(MainProcessGuard):
             opened = next((a.value for a in call.args if isinstance(a.value, cst.Call) and _writes(a.value)), None)
             return self._file_of(opened.args[0].value) if opened is not None and opened.args else None
         return None
+
+    def _report_computed_write(self, stmt: cst.BaseStatement, call: cst.Call) -> None:
+        """``save_image(self.denorm(x), path)`` on every rank: its argument calls
+        something (user code: maybe a collective, a DDP forward), so the statement
+        is not moved under the main process -- and every rank writes the same file:
+        reported (StarGAN's sample grids)."""
+        if stmt in self._computed_writes or P.under_main_process_check(self, call) or self._run_by_main_only(stmt):
+            return
+        self._computed_writes.add(stmt)
+        name = P.dotted_name(call.func) or "the write"
+        self.manual(
+            stmt,
+            f"{name} runs on every rank (the same file from each), and what it writes is computed in "
+            "the call: compute it on every rank first (x = ...), then write it under `if "
+            "dist.get_rank() == 0:`",
+            code="DDP302",
+        )
 
     def _file_handler_added(self, call: cst.Call) -> bool:
         """``logger.addHandler(logging.FileHandler(path))``: the file is opened for
