@@ -240,6 +240,8 @@ def imported_facts(src: Source) -> ImportedFacts:
 # ------------------------------------------------------------------ who imports the file
 #: a module file that sets DDP up (read from its text: no parse)
 _DDP_TEXT = re.compile(r"DistributedDataParallel|init_process_group|init_distributed_mode")
+#: a module file that sets its loaders' epoch (``data_loader_train.sampler.set_epoch(epoch)``)
+SETS_EPOCH_TEXT = re.compile(r"\.set_epoch\(")
 
 
 def imported_by_ddp_code(src: Source) -> bool:
@@ -247,17 +249,32 @@ def imported_by_ddp_code(src: Source) -> bool:
     above it (``ANCESTOR_LEVELS``) imports its module (``from engine import
     train_one_epoch``, ``import engine``) and sets up DDP.  DETR's, DeiT's and
     MAE's ``engine.py`` holds the training loop that ``main.py`` calls with the
-    DDP model.  The files read are kept in ``src.cache["imported_files"]`` (the
-    cache of the finding follows them)."""
+    DDP model."""
+    return imported_by(src, _DDP_TEXT)
+
+
+def imported_by(src: Source, wanted: "re.Pattern[str]") -> bool:
+    """A Python file beside this one or in a folder above it (``ANCESTOR_LEVELS``)
+    imports its module (``from engine import train_one_epoch``, ``import
+    engine``, ``from data import build_loader``) and its text matches ``wanted``.
+    The files read are kept in ``src.cache["imported_files"]`` (the cache of the
+    finding follows them)."""
     if src.path.startswith("<"):
         return False
     path = os.path.abspath(src.path)
     folder = os.path.dirname(path)
-    stem = os.path.splitext(os.path.basename(path))[0]
-    if stem == "__init__":
-        stem = os.path.basename(folder)
-    mention = re.compile(rf"^\s*(from\s+[\w.]*\b{re.escape(stem)}\b[\w.]*\s+import|import\s+[\w.]*\b{re.escape(stem)}\b|from\s+[\w.]+\s+import\s+.*\b{re.escape(stem)}\b)", re.M)
     read = list(src.cache.get("imported_files", ()))
+    targets = {os.path.normpath(path)}
+    package = os.path.join(folder, "__init__.py")
+    if os.path.basename(path) != "__init__.py" and os.path.isfile(package):
+        try:
+            with open(package, "rb") as handle:
+                init_text = handle.read(2_000_000).decode("utf-8", "replace")
+        except OSError:
+            init_text = ""
+        read.append(package)
+        if os.path.normpath(path) in {os.path.normpath(f) for f in imported_module_files(package, init_text)}:
+            targets.add(os.path.normpath(package))  # ``from data import build_loader``, re-exported
     bases = [folder]
     for _ in range(ANCESTOR_LEVELS):
         parent = os.path.dirname(bases[-1])
@@ -273,7 +290,7 @@ def imported_by_ddp_code(src: Source) -> bool:
         read.append(base)  # (a file added or removed there changes the folder's mtime)
         for name in names:
             candidate = os.path.join(base, name)
-            if not name.endswith(".py") or candidate == path:
+            if not name.endswith(".py") or os.path.normpath(candidate) in targets:
                 continue
             try:
                 with open(candidate, "rb") as handle:
@@ -281,7 +298,9 @@ def imported_by_ddp_code(src: Source) -> bool:
             except OSError:
                 continue
             read.append(candidate)  # (an edit may make it an importer)
-            if mention.search(text) and _DDP_TEXT.search(text):
+            if wanted.search(text) and targets & {
+                os.path.normpath(f) for f in imported_module_files(candidate, text, ANCESTOR_LEVELS)
+            }:
                 found = True
                 break
         if found:

@@ -762,3 +762,27 @@ def test_accumulation_in_an_engine_that_a_ddp_main_imports(tmp_path, monkeypatch
     )
     result = lint("--no-config", "engine.py", cwd=tmp_path)
     assert "engine.py:7:9: DDP203" in result.output, result.output
+
+
+def test_loader_factory_whose_importer_calls_set_epoch(tmp_path):
+    """Swin's layout: data/build.py makes the DistributedSampler's loader,
+    data/__init__.py re-exports it, main.py calls set_epoch on its sampler each
+    epoch: no DDP102 in data/build.py; without that call, there is one."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "__init__.py").write_text("from .build import build_loader\n")
+    (tmp_path / "data" / "build.py").write_text(
+        "import torch.distributed as dist\nfrom torch.utils.data import DataLoader, DistributedSampler\n\n\n"
+        "def build_loader(dataset, epochs):\n"
+        "    sampler = DistributedSampler(dataset, num_replicas=dist.get_world_size(), shuffle=True)\n"
+        "    for epoch in range(epochs):\n"
+        "        pass\n"
+        "    return DataLoader(dataset, sampler=sampler)\n"
+    )
+    main = tmp_path / "main.py"
+    main.write_text(
+        "from data import build_loader\n\nloader = build_loader(None, 3)\nfor epoch in range(3):\n"
+        "    loader.sampler.set_epoch(epoch)\n"
+    )
+    assert "DDP102" not in lint("--no-config", "data/build.py", cwd=tmp_path).output
+    main.write_text("from data import build_loader\n\nloader = build_loader(None, 3)\n")
+    assert "data/build.py:6:15: DDP102" in lint("--no-config", "data/build.py", cwd=tmp_path).output

@@ -8,6 +8,7 @@ from typing import Iterator, Optional
 from .. import _names as N
 from .._analysis import Source, argument, dotted, is_epoch_loop, is_eval_name, is_false, last_name
 from .._loaders import UNRESOLVED, loops_over, sharded_loaders, statistics_pass, wrapper_receiver
+from .._program import SETS_EPOCH_TEXT, imported_by
 from ._base import Diagnostic, Rule
 
 
@@ -64,6 +65,8 @@ class MissingSetEpoch(Rule):
             return
         if _handed_elsewhere(src):
             return  # ``train_one_epoch(model, loader, epoch)`` of another module may set it
+        if imported_by(src, SETS_EPOCH_TEXT):
+            return  # a loader factory (Swin's build_loader) whose importer calls set_epoch
         constant = _constant_set_epoch(src)
         one_pass = _only_statistics_passes(src)
         for call in src.calls:
