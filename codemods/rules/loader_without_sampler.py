@@ -102,8 +102,30 @@ class LoaderWithoutDistributedSampler(Rule):
                 continue  # **kwargs: cannot see what it holds
             if iterable_dataset(src, argument(call, 0, "dataset")):
                 continue  # a stream: sharded in its __iter__, if at all (no sampler possible)
-            if classify_loader(src, call) == "train":
+            if classify_loader(src, call) == "train" and not _iterated_here_without_training(src, call):
                 yield self.diagnostic(src, call)
+
+
+def _iterated_here_without_training(src: Source, call: ast.Call) -> bool:
+    """The loader is bound to a name of its function and only iterated there, by
+    loops of a function that never calls ``backward()`` (kuangliu's
+    ``get_mean_and_std(dataset)``: ``shuffle=True``, but a statistics pass, not
+    training) -- nor returned, nor handed on: what convert's sampler decides too."""
+    func = src.function_of(call)
+    parent = src.parent(call)
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not (
+        isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
+    ):
+        return False
+    name = parent.targets[0].id
+    if any(isinstance(n, ast.Attribute) and n.attr == "backward" for n in ast.walk(func)):
+        return False
+    uses = [n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    return bool(uses) and all(
+        isinstance(src.parent(u), (ast.For, ast.AsyncFor)) and src.parent(u).iter is u
+        or isinstance(src.parent(u), ast.Call) and dotted(src.parent(u).func) == "len"
+        for u in uses
+    )
 
 
 def _whole_dataset_sampler(src: Source, sampler: ast.AST, at: ast.AST, depth: int = 0) -> str:
