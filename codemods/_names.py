@@ -193,7 +193,11 @@ HARMLESS_METHODS = frozenset(
      "to_dict", "as_dict", "asdict", "to_json", "to_yaml", "isoformat", "hexdigest",
      "exp", "log", "log2", "log10", "sqrt", "floor", "ceil", "isnan", "isinf", "isfinite",
      # (a model's own tensors, listed: sum(p.numel() for p in model.parameters()))
-     "parameters", "named_parameters", "buffers", "named_buffers"}
+     "parameters", "named_parameters", "buffers", "named_buffers",
+     # (a tensor reshaped, rescaled or cast for an image grid: save_image(x.view(64, 1, 28, 28), p))
+     "view", "reshape", "permute", "transpose", "squeeze", "unsqueeze", "flatten", "contiguous",
+     "clone", "clamp", "clamp_", "float", "double", "half", "byte", "long", "add", "sub", "mul",
+     "div", "add_", "sub_", "mul_", "div_", "expand", "repeat", "abs"}
 )
 
 
