@@ -37,6 +37,14 @@ SKIP_DIRS = frozenset(
 )
 
 
+#: Jupyter notebooks: lint checks their code cells; convert names them, unconverted
+NOTEBOOK_SUFFIX = ".ipynb"
+
+
+def is_notebook(path) -> bool:
+    return str(path).endswith(NOTEBOOK_SUFFIX)
+
+
 def skip_is_error(why: str) -> bool:
     """A skipped path that leaves part of the run unchecked (a folder that could not
     be listed: "cannot ..."), as opposed to one skipped on purpose (a warning)."""
@@ -159,7 +167,8 @@ def discover(
     exclude: Sequence[str] = (),
     include: Sequence[str] = (),
 ) -> Tuple[List[Path], List[Tuple[Path, str]]]:
-    """Python files under ``paths``; also (path, why) for paths that were skipped."""
+    """Python files (and Jupyter notebooks) under ``paths``; also (path, why) for
+    paths that were skipped."""
     found: List[Path] = []
     skipped: List[Tuple[Path, str]] = []
     seen = set()
@@ -238,7 +247,7 @@ def _walk(directory: str, root: Path, ignores: _Ignores, extra, skipped, resolve
             if _extra_excluded(extra, resolved_here, root, True):
                 continue
             yield from _walk(entry.path, root, ignores, extra, skipped, resolved_here)
-        elif name.endswith(".py"):
+        elif name.endswith((".py", NOTEBOOK_SUFFIX)):
             if ignores.ignored(resolved_here, is_dir=False) and not _named_by_include(extra, resolved_here, root, True):
                 continue
             if _extra_excluded(extra, resolved_here, root, False):

@@ -90,6 +90,8 @@ def lint_source(
 ) -> FileLint:
     """Diagnostics of one file, whether it had to be parsed, and the rules that
     crashed on it: a rule's bug costs that rule's findings on that file only."""
+    if path.endswith(".ipynb"):
+        return _lint_notebook(path, data, rules, config, use_trigger)
     codes = {r.CODE for r in rules}
     try:
         text = decode(data)
@@ -147,6 +149,52 @@ def lint_source(
         found = _apply_noqa(src, found, report_unused="DDP901" in ran, ran=ran)
     imported = src.cache.get("imported_files", ())
     return FileLint(sorted(found, key=lambda d: d.sort_key), True, crashes, imported)  # type: ignore[arg-type]
+
+
+def _lint_notebook(path: str, data: bytes, rules: Sequence[Rule], config: LintConfig, use_trigger: bool) -> FileLint:
+    """A Jupyter notebook's code cells, linted as one program in cell order (a
+    name bound in one cell is used in the next), each line's IPython magic
+    (``%time``, ``!pip``) blanked out.  A finding names its cell and is placed at
+    the line and column in that cell; notebooks are not fixed (``fix`` is null),
+    and the notebook's JSON is never written."""
+    import json
+
+    codes = {r.CODE for r in rules}
+    try:
+        cells = json.loads(data.decode("utf-8")).get("cells", [])
+    except (UnicodeDecodeError, ValueError, AttributeError) as exc:
+        return FileLint(_syntax(path, 1, 1, f"not a readable notebook: {exc}", codes), False, [])
+    lines: List[str] = []
+    origin: List[Tuple[int, int]] = []  # (cell number, line in it) of each line of the program
+    number = 0
+    for cell in cells if isinstance(cells, list) else []:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        number += 1
+        source = cell.get("source", "")
+        text = "".join(source) if isinstance(source, list) else str(source)
+        for at, line in enumerate(text.splitlines(), 1):
+            magic = line.lstrip().startswith(("%", "!", "?")) or line.rstrip().endswith("?")
+            lines.append("" if magic else line)
+            origin.append((number, at))
+        lines.append("")  # (a cell ends its last statement)
+        origin.append((number, len(text.splitlines()) + 1))
+    program = "\n".join(lines) + "\n"
+    found, parsed, crashes, imported = lint_source(path + ".py", program.encode("utf-8"), rules, config, use_trigger)
+    placed = []
+    for diagnostic in found:
+        cell, line = origin[min(diagnostic.line, len(origin)) - 1] if origin else (1, 1)
+        end_cell, end_line = origin[min(diagnostic.end_line, len(origin)) - 1] if origin else (1, 1)
+        placed.append(
+            Diagnostic(
+                path=path, line=line, column=diagnostic.column,
+                end_line=end_line if end_cell == cell else line, end_column=diagnostic.end_column,
+                code=diagnostic.code, name=diagnostic.name, severity=diagnostic.severity,
+                message=f"cell {cell}: {diagnostic.message}", fix=None,
+            )
+        )
+    crashes = [c.replace(path + ".py", path) for c in crashes]
+    return FileLint(placed, parsed, crashes, imported)
 
 
 def _syntax(path: str, line: int, col: int, message: str, codes: Set[str]) -> List[Diagnostic]:

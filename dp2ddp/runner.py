@@ -16,6 +16,7 @@ from dp2ddp.files import (
     WriteRefused,
     digest,
     discover,
+    is_notebook,
     stale_temporary_files,
     stat_key,
     write_atomic,
@@ -71,6 +72,14 @@ def explicit_files(paths: Sequence[Path]) -> set:
     return {str(p) for p in paths if Path(p).is_file()}
 
 
+#: why convert leaves a notebook as it is, and what to do
+NOTEBOOK_WHY = (
+    "a Jupyter notebook (convert rewrites .py files only: export it with `jupyter nbconvert --to "
+    "script` and convert that; `dp2ddp lint` checks its code cells)"
+)
+NOTEBOOK_NOT_CONVERTED = f"cannot convert {NOTEBOOK_WHY}"
+
+
 class ConvertRun:
     class UsageError(Exception):
         """Bad paths or options (exit code 2)."""
@@ -108,6 +117,13 @@ class ConvertRun:
             files, self.skipped = discover(self.paths, exclude=self.exclude, include=self.include)
         except DiscoveryError as exc:
             raise self.UsageError(str(exc)) from exc
+        named = {os.path.normcase(os.path.abspath(p)) for p in self.paths}
+        for notebook in [f for f in files if is_notebook(f)]:
+            # a notebook named on the command line is work left undone (an error);
+            # one found in a folder, a warning that names it
+            explicit = os.path.normcase(os.path.abspath(notebook)) in named
+            self.skipped.append((notebook, NOTEBOOK_NOT_CONVERTED if explicit else f"not converted: {NOTEBOOK_WHY}"))
+        files = [f for f in files if not is_notebook(f)]
         if self.clean_temporary:
             self.removed_temporary = remove_stale_temporary_files(files, self.write_errors)
         from dp2ddp.engine import FileResult

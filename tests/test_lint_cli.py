@@ -786,3 +786,38 @@ def test_loader_factory_whose_importer_calls_set_epoch(tmp_path):
     assert "DDP102" not in lint("--no-config", "data/build.py", cwd=tmp_path).output
     main.write_text("from data import build_loader\n\nloader = build_loader(None, 3)\n")
     assert "data/build.py:6:15: DDP102" in lint("--no-config", "data/build.py", cwd=tmp_path).output
+
+
+def _notebook(cells) -> str:
+    return json.dumps({
+        "cells": [
+            {"cell_type": kind, "metadata": {}, "source": source, **({"outputs": [{"output_type": "stream", "name": "stdout", "text": ["kept\n"]}], "execution_count": 1} if kind == "code" else {})}
+            for kind, source in cells
+        ],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    })
+
+
+def test_notebook_code_cells_are_linted_and_the_notebook_is_left_as_it_is(tmp_path):
+    """A notebook full of DataParallel is not "All checks passed": its code cells
+    are linted as one program in cell order (magics blanked), each finding names
+    its cell and its line there; --fix leaves the notebook's JSON and outputs as
+    they were; convert names it as not converted."""
+    from dp2ddp.cli import cli as main_cli
+
+    text = _notebook([
+        ("markdown", ["# Training\n"]),
+        ("code", ["%matplotlib inline\n", "import torch\n", "import torch.distributed as dist\n"]),
+        ("code", ["dist.init_process_group('gloo')\n", "model = torch.nn.DataParallel(torch.nn.Linear(2, 2))\n"]),
+    ])
+    notebook = tmp_path / "train.ipynb"
+    notebook.write_text(text)
+    result = lint("--no-config", "train.ipynb", cwd=tmp_path)
+    assert result.exit_code == 1 and "train.ipynb:2:9: DDP001 cell 2: DataParallel in use" in result.output, result.output
+    lint("--no-config", "--fix", "train.ipynb", cwd=tmp_path)
+    assert notebook.read_text() == text
+    converted = CliRunner().invoke(main_cli, ["convert", "--write", "--allow-dirty", str(notebook)], catch_exceptions=False)
+    assert converted.exit_code == 1 and "cannot convert a Jupyter notebook" in converted.output + (converted.stderr or "")
+    assert notebook.read_text() == text
+    folder = CliRunner().invoke(main_cli, ["convert", str(tmp_path)], catch_exceptions=False)
+    assert "train.ipynb: not converted: a Jupyter notebook" in folder.output + (folder.stderr or "")
