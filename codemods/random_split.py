@@ -42,7 +42,7 @@ class RandomSplit(Transform):
     CODE = "DDP107"
     NAME = "random-split"
     DESCRIPTION = "Give random_split a seeded generator: the same split on every process."
-    TRIGGERS = ("random_split", "Subset", "random")
+    TRIGGERS = ("random_split", "Subset", "random", "set(")
 
     @classmethod
     def applies_to(cls, role: FileRole) -> bool:

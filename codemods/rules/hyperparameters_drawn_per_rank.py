@@ -33,7 +33,10 @@ class HyperparametersDrawnPerRank(Rule):
     and any class -- when the program does not seed that state alike on every
     process first (`random.seed(0)`, `seed_everything(seed)`; a seed that names
     the rank differs per process). A draw whose target names a seed is left
-    alone (DDP broadcasts the initial weights anyway).
+    alone (DDP broadcasts the initial weights anyway). Also a vocabulary
+    numbered in a set's order (`word_list = list(set(words))`, then
+    `enumerate(word_list)`): string hashes, and so a set's order, differ per
+    process.
 
     ## Why is this bad?
     Each DDP process has its own random state, so each draws its own value. A
@@ -70,7 +73,7 @@ class HyperparametersDrawnPerRank(Rule):
         "rate makes the copies diverge); draw it on the main process and share it "
         "(dist.broadcast_object_list), or seed {module} alike on every rank before it"
     )
-    TRIGGERS = (("random", "istributed"),)
+    TRIGGERS = (("random", "istributed"), ("set(", "enumerate", "istributed"))
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         if not uses_distributed(src):
@@ -95,6 +98,43 @@ def drawn_per_rank(src: Source) -> List[Tuple[ast.Call, str]]:
             draw=draw.replace("numpy.", "np."), target=target, module=module.replace("numpy", "np")
         )
         found.append((call, message))
+    found += set_ordered_vocabularies(src)
+    return found
+
+
+#: how a vocabulary numbered in a set's order is reported (DDP108)
+SET_ORDER_MESSAGE = (
+    "{target} numbers the items of a set in its iteration order, which differs on each process "
+    "(string hashes are randomised per process; torchrun does not fix PYTHONHASHSEED): each rank "
+    "gets its own vocabulary, and the averaged gradients mix different words; use sorted(set(...))"
+)
+
+
+def set_ordered_vocabularies(src: Source) -> List[Tuple[ast.Call, str]]:
+    """``word_list = list(set(words))`` in the code that sets the run up, then
+    numbered (``{w: i for i, w in enumerate(word_list)}``): the order of a set of
+    strings differs between processes.  (graykode's BERT.)"""
+    if "set(" not in src.text or "enumerate" not in src.text:
+        return []
+    entry_functions = _entry_functions(src)
+    numbered = {
+        dotted(c.args[0]) for c in src.calls
+        if isinstance(c.func, ast.Name) and c.func.id == "enumerate" and c.args and dotted(c.args[0])
+    }
+    found = []
+    for stmt in src.of_type(ast.Assign):
+        value = stmt.value
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in ("list", "tuple")
+                and len(value.args) == 1 and isinstance(value.args[0], ast.Call)
+                and isinstance(value.args[0].func, ast.Name) and value.args[0].func.id == "set"):
+            continue
+        target = ", ".join(dotted(t) for t in stmt.targets if dotted(t))
+        if not target or target not in numbered:
+            continue
+        scope = _setup_scope(src, stmt)
+        if scope is None or scope != "module" and scope not in entry_functions:
+            continue
+        found.append((value.args[0], SET_ORDER_MESSAGE.format(target=target)))
     return found
 
 
