@@ -311,6 +311,17 @@ class DistributedSamplerTransform(Transform):
             [a for a in loader.args if a.keyword is None and not a.star]
         ) > 3
 
+    def _none_valued(self, value: cst.BaseExpression) -> bool:
+        """``None``, or a name assigned ``None`` once and nothing else in its scope
+        (CutMix, SupContrast: ``train_sampler = None`` ... ``sampler=train_sampler,
+        shuffle=(train_sampler is None)``): DataLoader's default, no sampler."""
+        if _is_none(value):
+            return True
+        if not isinstance(value, cst.Name):
+            return False
+        assigned = self.only_value(value, pure=False)
+        return assigned is not None and _is_none(assigned)
+
     def _custom_sampler_message(self, keyword: str, value: cst.BaseExpression, loader: cst.Call) -> str:
         code = self.module.code_for_node(value)
         if isinstance(value, cst.Name):
@@ -345,7 +356,7 @@ class DistributedSamplerTransform(Transform):
         plain = named or self._plain_sampler(original)
         for keyword in ("sampler", "batch_sampler"):
             value = _arg(original, 3 if keyword == "sampler" else 4, keyword)
-            if value is None or _is_none(value) or keyword == "sampler" and plain is not None:
+            if value is None or self._none_valued(value) or keyword == "sampler" and plain is not None:
                 continue  # (``sampler=None``: DataLoader's default, dropped below)
             if self.is_call(value, N.DISTRIBUTED_SAMPLER):
                 return updated  # converted already
@@ -414,7 +425,7 @@ class DistributedSamplerTransform(Transform):
         for index, (orig_arg, arg) in enumerate(zip(original.args, updated.args)):
             keyword = orig_arg.keyword.value if orig_arg.keyword is not None else None
             positional = keyword is None and not orig_arg.star
-            if keyword in ("sampler", "batch_sampler") and _is_none(orig_arg.value):
+            if keyword in ("sampler", "batch_sampler") and self._none_valued(orig_arg.value):
                 if index == len(original.args) - 1 and new_args:  # (the separator style stays)
                     new_args[-1] = new_args[-1].with_changes(comma=arg.comma)
                 continue
