@@ -1110,17 +1110,58 @@ def per_rank_target(src: Source, target: ast.AST, depth: int = 3) -> bool:
     return False
 
 
+_FILE_HANDLERS = ("logging.FileHandler", "logging.handlers.RotatingFileHandler")
+
+
 def file_handler_added(src: Source, call: ast.Call) -> bool:
     """``logger.addHandler(logging.FileHandler(path))`` with a path that does not
     name the rank: the file is opened for appending by every rank that runs it.
     A file write for lint (DDP302) and convert (rank 0)."""
     if not (isinstance(call.func, ast.Attribute) and call.func.attr == "addHandler" and len(call.args) == 1):
         return False
-    handler = call.args[0]
-    if not (isinstance(handler, ast.Call) and src.qualname(handler.func) in ("logging.FileHandler", "logging.handlers.RotatingFileHandler")):
+    return _shared_file_handler(src, call.args[0])
+
+
+def _shared_file_handler(src: Source, handler: ast.AST) -> bool:
+    if not (isinstance(handler, ast.Call) and src.qualname(handler.func) in _FILE_HANDLERS):
         return False
     path = argument(handler, 0, "filename")
     return path is not None and not per_rank_target(src, path) and is_pure(path)
+
+
+def file_handler_statements(src: Source) -> Dict[ast.stmt, ast.Assign]:
+    """``fh = logging.FileHandler(path)`` (a path every rank shares) and the
+    statements that use ``fh`` -- ``fh.setFormatter(f)``, ``logger.addHandler(fh)``,
+    each a call statement of its own in the same function -- {statement: its
+    assignment}: they open and feed one log file, and go to the main process
+    together (pytorch-playground's Logger).  Not when ``fh`` is used otherwise
+    (returned, stored, handed to anything else)."""
+    if "FileHandler" not in src.text:
+        return {}
+    found: Dict[ast.stmt, ast.Assign] = {}
+    for assign in src.of_type(ast.Assign):
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0], ast.Name):
+            continue
+        if not _shared_file_handler(src, assign.value):
+            continue
+        name, scope = assign.targets[0].id, src.function_of(assign)
+        nodes = ast.walk(scope) if scope is not None else iter(src.nodes)
+        uses = [n for n in nodes if isinstance(n, ast.Name) and n.id == name and n is not assign.targets[0]]
+        statements = []
+        for use in uses:
+            parent = src.parent(use)
+            call = parent if isinstance(parent, ast.Call) and use in parent.args else (
+                src.parent(parent) if isinstance(parent, ast.Attribute) and parent.value is use else None
+            )
+            statement = src.parent(call) if isinstance(call, ast.Call) else None
+            if not (isinstance(statement, ast.Expr) and statement.value is call and src.function_of(statement) is scope):
+                statements = []
+                break
+            statements.append(statement)
+        if statements:
+            found[assign] = assign
+            found.update((st, assign) for st in statements)
+    return found
 
 
 #: what makes a Pillow image (whose ``.save(path)`` writes a file)

@@ -82,6 +82,7 @@ class SaveOnMainProcess(MainProcessGuard):
         self._sampled_through: Dict[cst.With, Optional[Set[str]]] = {}
         #: writes left on every rank because their arguments compute (reported once)
         self._computed_writes: Set[cst.BaseStatement] = set()
+        self._file_handlers: Optional[Set[Tuple[int, int]]] = None  # (_handler_statements)
 
     # -- folders made and paths removed (``_writes``) ----------------------------
     def _ast_key(self, node: cst.CSTNode) -> Tuple[int, int]:
@@ -200,6 +201,8 @@ class SaveOnMainProcess(MainProcessGuard):
         removal = self._removal(stmt)
         if removal is not None and removal.unfixable is None and self.before_process_group(stmt) is None:
             return "the shared path is removed by the main process only (every rank would remove it)"
+        if self._ast_key(stmt) in self._handler_statements():
+            return "the log file's handler is made and added on the main process only (every rank would append to the same file)"
         call = single_call(stmt)
         if call is not None and self.is_call(call, N.TORCH_SAVE) and not self._per_rank_path(call):
             owner = self.parent(self.parent(stmt))
@@ -724,6 +727,13 @@ class SaveOnMainProcess(MainProcessGuard):
             "dist.get_rank() == 0:`",
             code="DDP302",
         )
+
+    def _handler_statements(self) -> Set[Tuple[int, int]]:
+        """(line, column) of ``fh = logging.FileHandler(p)`` and the statements that
+        use ``fh`` (``_analysis.file_handler_statements``)."""
+        if self._file_handlers is None:
+            self._file_handlers = {(st.lineno, st.col_offset) for st in A.file_handler_statements(self.ast_source)}
+        return self._file_handlers
 
     def _file_handler_added(self, call: cst.Call) -> bool:
         """``logger.addHandler(logging.FileHandler(path))``: the file is opened for

@@ -13,6 +13,7 @@ from .._analysis import (
     dotted,
     dumped_into_open,
     file_handler_added,
+    file_handler_statements,
     is_main_process_check,
     is_image_save,
     is_pure,
@@ -160,6 +161,14 @@ class SaveOnEveryRank(Rule):
             if not pure_writes(stmt):
                 found.fix = None  # what it writes is computed there: convert leaves it
             yield found
+        for handler in {a for a in file_handler_statements(src).values()}:
+            func = src.function_of(handler)
+            if on_main_process_only(src, handler) or func is not None and not called_unguarded(src, func):
+                continue
+            yield self.diagnostic(
+                src, handler.value, "a logging.FileHandler made on every rank: each appends to the same log "
+                "file; make and add it on the main process only (if dist.get_rank() == 0)"
+            )
         for call in src.calls:
             name = src.qualname(call.func)
             opened = dumped_into_open(src, call)  # json.dump(history, open(path, "w"))
