@@ -258,7 +258,9 @@ def imported_by(src: Source, wanted: "re.Pattern[str]") -> bool:
     imports its module (``from engine import train_one_epoch``, ``import
     engine``, ``from data import build_loader``) and its text matches ``wanted``.
     The files read are kept in ``src.cache["imported_files"]`` (the cache of the
-    finding follows them)."""
+    finding follows them; a new file that starts importing this one is seen once
+    this file or the cache changes -- a folder's mtime is no guide: the cache's own
+    folder changes it)."""
     if src.path.startswith("<"):
         return False
     path = os.path.abspath(src.path)
@@ -287,7 +289,6 @@ def imported_by(src: Source, wanted: "re.Pattern[str]") -> bool:
             names = sorted(os.listdir(base))
         except OSError:
             continue
-        read.append(base)  # (a file added or removed there changes the folder's mtime)
         for name in names:
             candidate = os.path.join(base, name)
             if not name.endswith(".py") or os.path.normpath(candidate) in targets:

@@ -100,5 +100,22 @@ def worker_pool(workers: int, initializer: Optional[Callable] = None, initargs: 
             process.kill()
         for process in mine:
             process.join(1)
+        _forget_at_exit(executor)
         raise
     executor.shutdown(wait=True)
+
+
+def _forget_at_exit(executor) -> None:
+    """After the workers were killed, let the pool's manager thread end and drop
+    it from what ``concurrent.futures`` wakes at interpreter exit: the wake-up pipe
+    may be closed by then, and the exit hook printed an ``OSError: Bad file
+    descriptor`` traceback after Ctrl-C (seen on a loaded machine)."""
+    from concurrent.futures import process as futures_process
+
+    thread = getattr(executor, "_executor_manager_thread", None)
+    if thread is None:
+        return
+    thread.join(0.5)
+    wakeups = getattr(futures_process, "_threads_wakeups", None)
+    if wakeups is not None:
+        wakeups.pop(thread, None)
