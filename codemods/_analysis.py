@@ -445,6 +445,95 @@ SAME_MODULE_METHODS = frozenset(
 )
 
 
+def wrapped_module(wrap: ast.Call) -> Optional[ast.AST]:
+    """The module a wrapper call is handed (``DDP(core.to(device))``: ``core``),
+    without the moves and switches that return the same module."""
+    module = argument(wrap, 0, "module")
+    while isinstance(module, ast.Call) and isinstance(module.func, ast.Attribute) and module.func.attr in SAME_MODULE_METHODS:
+        module = module.func.value
+    return module
+
+
+def wrapped_models(src: Source, wrappers: FrozenSet[str]) -> Optional[Set[str]]:
+    """The models the file wraps in one of ``wrappers`` -- DistributedDataParallel for
+    lint's DDP009, DataParallel for convert -- (``DDP(netG.to(device))`` wraps
+    ``netG``: a GAN may wrap one model and forget the other), and the names the
+    wrappers are bound to; None when a wrapper is named where this cannot tell what
+    it wraps (``DDP(build())``, ``wrapper=DDP``)."""
+    if not any(w.rsplit(".", 1)[-1] in src.text for w in wrappers):
+        return set()
+    wrapped: Set[str] = set()
+    for node in src.nodes:
+        if not (isinstance(node, (ast.Name, ast.Attribute)) and src.qualname(node) in wrappers):
+            continue
+        parent = src.parent(node)
+        if isinstance(parent, ast.Attribute) or isinstance(parent, ast.ImportFrom):
+            continue  # (the module path of a longer name)
+        if isinstance(parent, ast.Call) and parent.func is node:
+            module = wrapped_module(parent)
+            names = {assigned_name(src, _wrapper_value(src, parent))}  # the wrapper: SGD(ddp_model.parameters())
+            if dotted(module):
+                names.add(dotted(module))
+            elif module is not None:  # DDP(build(head)): whatever it is handed may be in there
+                names |= {dotted(n) for n in ast.walk(module) if isinstance(n, (ast.Name, ast.Attribute))}
+            if names <= {""}:
+                return None  # (return DDP(build()))
+            wrapped |= names - {""}
+        elif not _names_the_wrapper_only(src, node):
+            return None
+    return wrapped
+
+
+def _wrapper_value(src: Source, call: ast.Call) -> ast.AST:
+    """The expression a DDP call is the value of: ``DDP(m).to(device)``, ``DDP(m) if ddp else m``."""
+    node: ast.AST = call
+    while True:
+        parent = src.parent(node)
+        if isinstance(parent, ast.Attribute) and parent.attr in SAME_MODULE_METHODS:
+            grand = src.parent(parent)
+            if isinstance(grand, ast.Call) and grand.func is parent:
+                node = grand
+                continue
+        if isinstance(parent, ast.IfExp) and node is not parent.test:
+            node = parent
+            continue
+        return node
+
+
+def _names_the_wrapper_only(src: Source, node: ast.AST) -> bool:
+    """A wrapper named, nothing wrapped: ``isinstance(model, (DDP, DP))``, ``type(m) is DDP``,
+    an annotation (``-> DDP``, ``model: DDP``)."""
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, ast.Tuple):
+            child = anc
+            continue
+        if isinstance(anc, ast.Call):
+            return dotted(anc.func) in ("isinstance", "issubclass") and child is not anc.func
+        if isinstance(anc, ast.Compare):
+            return all(isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) for op in anc.ops)
+        if isinstance(anc, ast.arg):
+            return child is anc.annotation
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return child is anc.returns
+        if isinstance(anc, ast.AnnAssign):
+            return child is anc.annotation
+        if isinstance(anc, ast.Subscript):  # Optional[DDP]
+            child = anc
+            continue
+        return False
+    return False
+
+
+def trained_models(src: Source) -> Set[str]:
+    """The models the file's optimizers step (``optimized_models`` of each), once per file."""
+    if "trained_models" not in src.cache:
+        src.cache["trained_models"] = {
+            model for call in src.calls if N.is_optimizer(src.qualname(call.func)) for model in optimized_models(src, call)
+        }
+    return src.cache["trained_models"]  # type: ignore[return-value]
+
+
 def optimizers_of_unwrapped_models(
     src: Source, wrapped: Set[str], wrappers: FrozenSet[str]
 ) -> List[Tuple[ast.Call, str]]:
@@ -511,25 +600,16 @@ def partly_wrapped_models(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[a
     every rank.  ``self.netG = DataParallel(self.netG)`` is a whole model: ``self``
     is the trainer.  Shared by lint (DDP009) and convert (data-parallel-to-ddp)."""
     found: List[Tuple[ast.Assign, str, str]] = []
-    optimizers = [c for c in src.calls if N.is_optimizer(src.qualname(c.func))]
-    for assign in src.of_type(ast.Assign):
-        value = assign.value
-        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and isinstance(
-            value.func.value, ast.Call
-        ):
-            value = value.func.value
-        if len(assign.targets) != 1 or not src.is_call(value, wrappers):
-            continue
-        part = dotted(assign.targets[0])
+    has_optimizer = any(N.is_optimizer(src.qualname(c.func)) for c in src.calls)
+    for assign, part, _ in _wrapped_models(src, wrappers):
         whole = part.rsplit(".", 1)[0] if "." in part else ""
         if not whole or whole == "self":
             continue
-        trained = {name for call in optimizers for name in optimized_models(src, call)}
         helper = any(
             "optim" in last_name(call.func).lower() and any(dotted(a) == whole for a in call.args)
             for call in src.calls
         )
-        if whole in trained or helper or not optimizers:
+        if whole in trained_models(src) or helper or not has_optimizer:
             found.append((assign, whole, part))
     return found
 
@@ -675,7 +755,7 @@ _RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "get_n
 _RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "GROUP_RANK"})
 
 
-def _environ_key(src: Source, node: ast.AST) -> Optional[str]:
+def environ_key(src: Source, node: ast.AST) -> Optional[str]:
     """'RANK' for ``os.environ["RANK"]`` / ``os.environ.get("RANK")`` / ``os.getenv("RANK")``."""
     if isinstance(node, ast.Subscript) and src.qualname(node.value) == "os.environ":
         key = node.slice
@@ -699,7 +779,7 @@ def is_rank_expr(src: Source, node: ast.AST) -> bool:
             return True
         if name == "builtins.int" or last_name(node.func) == "int":
             return bool(node.args) and is_rank_expr(src, node.args[0])
-        return _environ_key(src, node) in _RANK_ENV
+        return environ_key(src, node) in _RANK_ENV
     if isinstance(node, ast.BinOp):
         return is_rank_expr(src, node.left)
     if isinstance(node, ast.Name):
@@ -707,7 +787,7 @@ def is_rank_expr(src: Source, node: ast.AST) -> bool:
     if isinstance(node, ast.Attribute):
         return bool(_RANK_WORD.search(node.attr)) or node.attr in _rank_valued_names(src)
     if isinstance(node, ast.Subscript):
-        return _environ_key(src, node) in _RANK_ENV
+        return environ_key(src, node) in _RANK_ENV
     return False
 
 
@@ -724,7 +804,7 @@ def _rank_valued_names(src: Source) -> frozenset:
             if isinstance(value, ast.Call) and last_name(value.func) == "int" and value.args:
                 value = value.args[0]
             direct = (
-                isinstance(value, (ast.Subscript, ast.Call)) and _environ_key(src, value) in _RANK_ENV
+                isinstance(value, (ast.Subscript, ast.Call)) and environ_key(src, value) in _RANK_ENV
             ) or (
                 isinstance(value, ast.Call)
                 and last_name(value.func) in _RANK_CALLS
@@ -746,9 +826,9 @@ def is_global_rank_expr(src: Source, node: ast.AST) -> bool:
             return True
         if last_name(node.func) == "int" and node.args:
             return is_global_rank_expr(src, node.args[0])
-        return _environ_key(src, node) in ("RANK", "SLURM_PROCID")
+        return environ_key(src, node) in ("RANK", "SLURM_PROCID")
     if isinstance(node, ast.Subscript):
-        return _environ_key(src, node) in ("RANK", "SLURM_PROCID")
+        return environ_key(src, node) in ("RANK", "SLURM_PROCID")
     name = last_name(node)
     return bool(name) and bool(re.fullmatch(r"(?i)(global_?)?rank|world_?rank", name))
 
@@ -1451,35 +1531,46 @@ def classify_loader(src: Source, call: ast.Call) -> str:
     return "unknown"
 
 
-def evaluated_only(src: Source, call: ast.Call) -> bool:
-    """The loader ``call`` builds is bound to a name of its function (once), and
-    every use of that name is the loader of a ``for`` under ``torch.no_grad()`` /
-    ``inference_mode()`` (a ``with`` in the function, or its decorator) that never
-    calls ``backward()``, or ``len()`` of it: an evaluation loader, whatever its
-    name.  A loader handed to a call, put through ``iter()``, or bound at module
-    level may train elsewhere: not this."""
+def loader_loops(src: Source, call: ast.Call) -> Optional[Tuple[ast.AST, List[ast.AST]]]:
+    """(function, loops) where the loader ``call`` builds is bound to a name of its
+    function (once) and every use of that name is the loader of a ``for`` there
+    (also through ``enumerate``/``tqdm``) or ``len()`` of it; None otherwise -- a
+    loader handed to a call, put through ``iter()``, returned, or bound at module
+    level may train elsewhere."""
     func = src.function_of(call)
     parent = src.parent(call)
     if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not (
         isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
     ):
-        return False
+        return None
     name = parent.targets[0].id
     here = [n for stmt in func.body for n in _walk_here(stmt) if isinstance(n, ast.Name) and n.id == name]
     if sum(not isinstance(n.ctx, ast.Load) for n in here) != 1:
-        return False  # (bound again, or deleted)
+        return None  # (bound again, or deleted)
     uses = [n for n in here if isinstance(n.ctx, ast.Load)]
+    loops = []
     for use in uses:
         loop = next((a for a in src.ancestors(use) if isinstance(a, (ast.For, ast.AsyncFor))), None)
         if loop is not None and any(x is use for x in iterated(loop.iter)):
-            if calls_method(loop, "backward") or not _without_gradients(src, loop, func):
-                return False
+            loops.append(loop)
             continue
         holder = src.parent(use)
         if isinstance(holder, ast.Call) and last_name(holder.func) == "len" and holder.args == [use]:
             continue
+        return None
+    return (func, loops) if uses else None
+
+
+def evaluated_only(src: Source, call: ast.Call) -> bool:
+    """The loader ``call`` builds is only iterated in its function (``loader_loops``),
+    by loops under ``torch.no_grad()`` / ``inference_mode()`` (a ``with`` in the
+    function, or its decorator) that never call ``backward()``: an evaluation
+    loader, whatever its name."""
+    found = loader_loops(src, call)
+    if found is None:
         return False
-    return bool(uses)
+    func, loops = found
+    return all(not calls_method(loop, "backward") and _without_gradients(src, loop, func) for loop in loops)
 
 
 #: the context managers and decorators that turn gradients off (also convert's sampler)
@@ -2000,15 +2091,6 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
     training (``.half()`` to export) are not reported."""
     found: List[Tuple[ast.stmt, int, str, str]] = []
     trainers = _training_functions(src)
-    optimized: List[Set[str]] = []
-
-    def trained() -> Set[str]:  # the models the file's optimizers step (asked only for a freeze)
-        if not optimized:
-            optimized.append({
-                model for call in src.calls if N.is_optimizer(src.qualname(call.func))
-                for model in optimized_models(src, call)
-            })
-        return optimized[0]
 
     def trains(node: ast.AST) -> bool:  # (here, or in train_one_epoch(model, ...); a def runs nothing)
         return any(
@@ -2037,7 +2119,7 @@ def changes_after_wrap(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[ast.
             for owner in (name, inner) if inner and inner != name else (name,):
                 for node, what in _parameter_changes(later, owner):
                     if what in ("requires_grad set", ".requires_grad_()") and _grad_values(node) == {False} and not (
-                        {name, inner} & trained()
+                        {name, inner} & trained_models(src)
                     ):
                         continue  # a teacher frozen after the wrap: no optimizer steps it, no backward reaches it
                     stmt = _statement_of(src, node)
@@ -2051,14 +2133,8 @@ def _wrapped_module_name(src: Source, value: ast.AST, wrappers: FrozenSet[str]) 
     """``core`` for ``DDP(core.to(device), ...)`` / ``DataParallel(core).cuda()``."""
     while isinstance(value, ast.Call) and not src.is_call(value, wrappers) and isinstance(value.func, ast.Attribute):
         value = value.func.value
-    if not (isinstance(value, ast.Call) and value.args):
-        return ""
-    module = value.args[0]
-    while isinstance(module, ast.Call) and isinstance(module.func, ast.Attribute) and last_name(module.func) in (
-        "to", "cuda", "cpu", "float", "double"
-    ):
-        module = module.func.value
-    return dotted(module)
+    module = wrapped_module(value) if isinstance(value, ast.Call) else None
+    return dotted(module) if module is not None else ""
 
 
 #: what to do about a ``requires_grad`` switch while training (DDP202, lint and convert)

@@ -43,6 +43,7 @@ from . import _names as N
 from . import _patterns as P
 from ._model import MARKER, SPELLED_MARKS, FileRole, Finding, Settings  # noqa: F401 (the transforms' vocabulary)
 from ._facts import BATCHNORM_LAYER
+from ._analysis import last_name
 from ._bridge import byte_offset
 
 
@@ -346,13 +347,14 @@ class Transform(Codemod, cst.CSTTransformer):
 
     def ast_call(self, call: cst.Call):
         """The ``ast.Call`` of ``ast_source`` at the place of ``call`` (for the
-        recognisers shared with lint), or None."""
+        recognisers shared with lint), or None.  Calls chained on a call start at
+        the same place (``Image.fromarray(a).save(p)``): the one whose function has
+        ``call``'s last name is it."""
         line, column = self.position(call)
         offset = byte_offset(self.ast_source.lines, line, column)
-        for node in self.ast_source.calls:
-            if node.lineno == line and node.col_offset == offset:
-                return node
-        return None
+        name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
+        here = [node for node in self.ast_source.calls if node.lineno == line and node.col_offset == offset]
+        return next((node for node in here if last_name(node.func) == name), here[0] if here else None)
 
     def statement_at(self, line: int) -> Optional[Stmt]:
         """The (outermost) statement that starts at ``line`` of the module being

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from ._analysis import Source, dotted, is_rank_dependent, last_name, on_main_process_only
+from ._analysis import Source, dotted, environ_key, is_rank_dependent, last_name, on_main_process_only
 
 #: how many folders above the file an absolute import is looked for (a script in
 #: ``tools/`` run from the repository root imports the root's packages)
@@ -58,15 +58,30 @@ def imported_module_files(path: str, text: str, ancestors: int = 0) -> List[str]
 
     facts = import_facts(text)
     folder = os.path.dirname(os.path.abspath(path))
+    wanted = [(base, name) for base in _folder_and_above(folder, ancestors) for name in sorted(facts.imports)]
+    wanted += [(package_folder(folder, level), name) for level, name in sorted(facts.relative_imports)]
+    return [candidate for base, name in wanted for candidate in module_files(base, name)]
+
+
+def _folder_and_above(folder: str, levels: int) -> List[str]:
+    """``folder`` and up to ``levels`` folders above it, nearest first."""
     bases = [folder]
-    for _ in range(ancestors):
+    for _ in range(levels):
         parent = os.path.dirname(bases[-1])
         if parent == bases[-1]:
             break
         bases.append(parent)
-    wanted = [(base, name) for base in bases for name in sorted(facts.imports)]
-    wanted += [(package_folder(folder, level), name) for level, name in sorted(facts.relative_imports)]
-    return [candidate for base, name in wanted for candidate in module_files(base, name)]
+    return bases
+
+
+def _read_text(path: str, errors: str = "replace") -> Optional[str]:
+    """The text of a module file read for another file's findings (at most 2 MB;
+    None when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2_000_000).decode("utf-8", errors)
+    except OSError:
+        return None
 
 
 # ------------------------------------------------------------------ facts of one module
@@ -140,16 +155,10 @@ def reads_local_rank_from_environment(src: Source) -> bool:
     ``os.getenv("LOCAL_RANK")``: what torchrun sets is read."""
     if "LOCAL_RANK" not in src.text:
         return False
-    for node in src.of_type(ast.Constant):
-        if node.value != "LOCAL_RANK":
-            continue
-        parent = src.parent(node)
-        if isinstance(parent, ast.Subscript) and "environ" in src.segment(parent.value):
-            return True
-        if isinstance(parent, ast.Call) and last_name(parent.func) in ("get", "getenv"):
-            if last_name(parent.func) == "getenv" or "environ" in src.segment(parent.func):
-                return True
-    return False
+    return any(
+        node.value == "LOCAL_RANK" and environ_key(src, src.parent(node)) == "LOCAL_RANK"
+        for node in src.of_type(ast.Constant)
+    )
 
 
 # ------------------------------------------------------------------ across the imports
@@ -190,19 +199,19 @@ def module_facts(path: str) -> Optional[Tuple[ImportedFacts, Tuple[str, ...]]]:
         return _MODULE_MEMO[key]
     result: Tuple[ImportedFacts, Tuple[str, ...]] = (ImportedFacts(), ())
     try:
-        with open(path, "rb") as handle:
-            text = handle.read(2_000_000).decode("utf-8")
-        facts = ImportedFacts()
-        if _PRINT_OVERRIDE.search(text) or _RANK_HANDLERS.search(text) or "LOCAL_RANK" in text:
-            module = Source(path, text)
-            facts = ImportedFacts(
-                overrides_print_by_rank(module), configures_logging_by_rank(module),
-                reads_local_rank_from_environment(module),
-            )
-        further = tuple(imported_module_files(path, text)) if os.path.basename(path) == "__init__.py" else ()
-        result = (facts, further)
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
-        pass
+        text = _read_text(path, errors="strict")
+        if text is not None:
+            facts = ImportedFacts()
+            if _PRINT_OVERRIDE.search(text) or _RANK_HANDLERS.search(text) or "LOCAL_RANK" in text:
+                module = Source(path, text)
+                facts = ImportedFacts(
+                    overrides_print_by_rank(module), configures_logging_by_rank(module),
+                    reads_local_rank_from_environment(module),
+                )
+            further = tuple(imported_module_files(path, text)) if os.path.basename(path) == "__init__.py" else ()
+            result = (facts, further)
+    except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+        pass  # (not a module this can read: no facts)
     _MODULE_MEMO[key] = result
     return result
 
@@ -233,7 +242,8 @@ def imported_facts(src: Source) -> ImportedFacts:
             facts = facts.join(found[0])
             todo.extend(found[1])
     src.cache["imported_facts"] = facts
-    src.cache["imported_files"] = tuple(read)
+    # (with the importers another rule may have read for this file already)
+    src.cache["imported_files"] = tuple(dict.fromkeys([*src.cache.get("imported_files", ()), *read]))
     return facts
 
 
@@ -256,35 +266,34 @@ def imported_by_ddp_code(src: Source) -> bool:
 def imported_by(src: Source, wanted: "re.Pattern[str]") -> bool:
     """A Python file beside this one or in a folder above it (``ANCESTOR_LEVELS``)
     imports its module (``from engine import train_one_epoch``, ``import
-    engine``, ``from data import build_loader``) and its text matches ``wanted``.
-    The files read are kept in ``src.cache["imported_files"]`` (the cache of the
-    finding follows them; a new file that starts importing this one is seen once
-    this file or the cache changes -- a folder's mtime is no guide: the cache's own
-    folder changes it)."""
+    engine``, ``from data import build_loader``) and its text matches ``wanted``."""
+    return any(wanted.search(text) for text in _importer_texts(src))
+
+
+def _importer_texts(src: Source) -> List[str]:
+    """The texts of the files beside this one or in the folders above it that
+    import its module (through its package's ``__init__.py`` too), found once per
+    file for every question asked of them.  The files read are kept in
+    ``src.cache["imported_files"]`` (the cache of the finding follows them; a new
+    file that starts importing this one is seen once this file or the cache
+    changes -- a folder's mtime is no guide: the cache's own folder changes it)."""
+    if "importer_texts" in src.cache:
+        return src.cache["importer_texts"]  # type: ignore[return-value]
+    texts: List[str] = []
+    src.cache["importer_texts"] = texts
     if src.path.startswith("<"):
-        return False
+        return texts
     path = os.path.abspath(src.path)
     folder = os.path.dirname(path)
     read = list(src.cache.get("imported_files", ()))
     targets = {os.path.normpath(path)}
     package = os.path.join(folder, "__init__.py")
     if os.path.basename(path) != "__init__.py" and os.path.isfile(package):
-        try:
-            with open(package, "rb") as handle:
-                init_text = handle.read(2_000_000).decode("utf-8", "replace")
-        except OSError:
-            init_text = ""
+        init_text = _read_text(package) or ""
         read.append(package)
         if os.path.normpath(path) in {os.path.normpath(f) for f in imported_module_files(package, init_text)}:
             targets.add(os.path.normpath(package))  # ``from data import build_loader``, re-exported
-    bases = [folder]
-    for _ in range(ANCESTOR_LEVELS):
-        parent = os.path.dirname(bases[-1])
-        if parent == bases[-1]:
-            break
-        bases.append(parent)
-    found = False
-    for base in bases:
+    for base in _folder_and_above(folder, ANCESTOR_LEVELS):
         try:
             names = sorted(os.listdir(base))
         except OSError:
@@ -293,18 +302,11 @@ def imported_by(src: Source, wanted: "re.Pattern[str]") -> bool:
             candidate = os.path.join(base, name)
             if not name.endswith(".py") or os.path.normpath(candidate) in targets:
                 continue
-            try:
-                with open(candidate, "rb") as handle:
-                    text = handle.read(2_000_000).decode("utf-8", "replace")
-            except OSError:
+            text = _read_text(candidate)
+            if text is None:
                 continue
             read.append(candidate)  # (an edit may make it an importer)
-            if wanted.search(text) and targets & {
-                os.path.normpath(f) for f in imported_module_files(candidate, text, ANCESTOR_LEVELS)
-            }:
-                found = True
-                break
-        if found:
-            break
+            if targets & {os.path.normpath(f) for f in imported_module_files(candidate, text, ANCESTOR_LEVELS)}:
+                texts.append(text)
     src.cache["imported_files"] = tuple(dict.fromkeys(read))
-    return found
+    return texts

@@ -33,7 +33,6 @@ with a DDP path and a DataParallel fallback) nothing is changed.
 
 from __future__ import annotations
 
-import ast
 import re
 
 from typing import Dict, List, Optional, Set, Tuple, Union
@@ -101,19 +100,12 @@ class DataParallelToDDP(Transform):
         would average its gradients (``A.optimizers_of_unwrapped_models``, lint's
         DDP009 on the output)."""
         src = self.ast_source
-        wraps = list(src.calls_to(N.DATA_PARALLEL))
-        if not wraps or not A.calls_method(src.tree, "backward"):
+        if not A.calls_method(src.tree, "backward"):
             return
-        wrapped = set(A.ddp_wrapped_names(src, N.DATA_PARALLEL))
-        for call in wraps:
-            module = A.argument(call, 0, "module")
-            while isinstance(module, ast.Call) and isinstance(module.func, ast.Attribute) and (
-                module.func.attr in A.SAME_MODULE_METHODS
-            ):
-                module = module.func.value
-            wrapped |= {A.dotted(n) for n in ast.walk(module) if isinstance(n, (ast.Name, ast.Attribute))} if module else set()
-            wrapped.add(A.assigned_name(src, call))
-        for optimizer, name in A.optimizers_of_unwrapped_models(src, wrapped - {""}, N.DATA_PARALLEL):
+        wrapped = A.wrapped_models(src, N.DATA_PARALLEL)
+        if not wrapped:
+            return  # (no DataParallel wrap, or one whose model cannot be named)
+        for optimizer, name in A.optimizers_of_unwrapped_models(src, wrapped, N.DATA_PARALLEL):
             stmt = self.statement_at(optimizer.lineno)
             if stmt is not None:
                 self.manual(
@@ -304,22 +296,22 @@ class DataParallelToDDP(Transform):
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             args.append(extra.with_changes(comma=cst.MaybeSentinel.DEFAULT))
         dropped = self._dropped_outputs(original)
-        dropped_inputs = self._dropped_inputs(original) if dropped is None else []
-        if dropped_inputs and not any(a.keyword and a.keyword.value == "find_unused_parameters" for a in args):
+        dropped_inputs = self._dropped_inputs(original) if dropped is None else ()
+        if (dropped is not None or dropped_inputs) and not any(
+            a.keyword and a.keyword.value == "find_unused_parameters" for a in args
+        ):
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             args.append(cst.Arg(keyword=cst.Name("find_unused_parameters"), value=cst.Name("True"),
                                 equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-            self.note(original, A.dropped_inputs_note(*dropped_inputs), code="DDP204")
-        if dropped is not None and not any(a.keyword and a.keyword.value == "find_unused_parameters" for a in args):
-            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-            args.append(cst.Arg(keyword=cst.Name("find_unused_parameters"), value=cst.Name("True"),
-                                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-            self.note(
-                original,
-                f"find_unused_parameters=True: a training step drops some of the model's outputs (line {dropped}), "
-                "so the layers behind them get no gradient there -- DataParallel did not mind, DDP would stop at "
-                "the next step (\"Expected to have finished reduction\")",
-            )
+            if dropped is not None:
+                self.note(
+                    original,
+                    f"find_unused_parameters=True: a training step drops some of the model's outputs (line {dropped}), "
+                    "so the layers behind them get no gradient there -- DataParallel did not mind, DDP would stop at "
+                    "the next step (\"Expected to have finished reduction\")",
+                )
+            else:
+                self.note(original, A.dropped_inputs_note(*dropped_inputs), code="DDP204")
         self._converted.add(original)
         self.changed(original, "DataParallel -> DistributedDataParallel on this process's device")
         self._report_changes_after_wrap(original)
@@ -336,14 +328,18 @@ class DataParallelToDDP(Transform):
                              A.partly_wrapped_models(self.ast_source, N.DATA_PARALLEL)}
         return self._partial.get(self.position(self.statement_of(call))[0])
 
+    def _wrap_targets(self, call: cst.Call) -> List[str]:
+        """The names the statement of this wrap assigns it to (``net = ...``)."""
+        stmt = self.statement_of(call)
+        if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(stmt.body[0], cst.Assign):
+            return []
+        return [P.dotted_name(target.target) for target in stmt.body[0].targets]
+
     def _dropped_outputs(self, call: cst.Call):
         """The line of a training step that drops some outputs of the model this
         wrap is assigned to (``A.discarded_outputs``), or None."""
-        stmt = self.statement_of(call)
-        if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(stmt.body[0], cst.Assign):
-            return None
-        for target in stmt.body[0].targets:
-            dropped = A.discarded_outputs(self.ast_source, P.dotted_name(target.target))
+        for name in self._wrap_targets(call):
+            dropped = A.discarded_outputs(self.ast_source, name)
             if dropped:
                 return dropped[0].lineno
         return None
@@ -351,11 +347,7 @@ class DataParallelToDDP(Transform):
     def _dropped_inputs(self, call: cst.Call) -> tuple:
         """(model, ``labels = None`` assignment) where a training step hands the model
         this wrap is assigned to an input it may set to None (``A.inputs_dropped_in_training``)."""
-        stmt = self.statement_of(call)
-        if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(stmt.body[0], cst.Assign):
-            return ()
-        for target in stmt.body[0].targets:
-            name = P.dotted_name(target.target)
+        for name in self._wrap_targets(call):
             dropped = A.inputs_dropped_in_training(self.ast_source, name)
             if dropped:
                 return (name, dropped[0])

@@ -743,14 +743,8 @@ class SaveOnMainProcess(MainProcessGuard):
 
     def _image_save(self, call: cst.Call) -> bool:
         """A Pillow image's ``.save(path)`` (``_analysis.is_image_save``, shared with lint)."""
-        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "save"):
-            return False
-        line, offset = self._ast_key(call)
-        return any(  # (the ``.save`` call, not the ``Image.fromarray`` one that starts there too)
-            node.lineno == line and node.col_offset == offset and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "save" and A.is_image_save(self.ast_source, node)
-            for node in self.ast_source.calls
-        )
+        node = self.ast_call(call) if isinstance(call.func, cst.Attribute) and call.func.attr.value == "save" else None
+        return node is not None and A.is_image_save(self.ast_source, node)
 
     def _opened(self, item: cst.WithItem) -> Optional[str]:
         """``P`` of ``with open(P, ...) as f``."""

@@ -130,9 +130,7 @@ def _number(scope: ast.AST, value: Optional[ast.AST], numbers: dict, depth: int)
             return True
         if isinstance(value.func, ast.Attribute) and value.func.attr in ("get_world_size", "get_rank"):
             return True  # dist.get_world_size(): an int
-        return isinstance(value.func, ast.Name) and value.func.id in ("len", "float", "int", "round", "sum") and not (
-            value.func.id == "sum"
-        )
+        return isinstance(value.func, ast.Name) and value.func.id in ("len", "float", "int", "round")
     if isinstance(value, ast.BinOp):
         return _number(scope, value.left, numbers, depth) and _number(scope, value.right, numbers, depth)
     if isinstance(value, ast.UnaryOp):

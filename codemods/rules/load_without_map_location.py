@@ -93,7 +93,7 @@ def _file_name(path: ast.AST) -> str:
 def _on_the_cpu(value: ast.AST) -> bool:
     """``x.cpu()``, ``{k: v.cpu() ...}``, ``[t.cpu() ...]``: CPU tensors only."""
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-        return value.func.attr == "cpu" or value.func.attr in ("numpy", "tolist", "item")
+        return value.func.attr in ("cpu", "numpy", "tolist", "item")
     if isinstance(value, ast.DictComp):
         return _on_the_cpu(value.value)
     if isinstance(value, (ast.ListComp, ast.GeneratorExp)):

@@ -8,7 +8,7 @@ from typing import Iterator
 from .. import _names as N
 from .._analysis import (
     Source, argument, assigned_name, bound_values, calls_method, classify_loader, dotted, is_none, is_rank_expr,
-    iterable_dataset, iterated, last_name, uses_distributed,
+    iterable_dataset, iterated, last_name, loader_loops, uses_distributed,
 )
 from .._loaders import statistics_passes
 from ._base import Diagnostic, Rule
@@ -107,25 +107,12 @@ class LoaderWithoutDistributedSampler(Rule):
 
 
 def _iterated_here_without_training(src: Source, call: ast.Call) -> bool:
-    """The loader is bound to a name of its function and only iterated there, by
-    loops of a function that never calls ``backward()`` (kuangliu's
-    ``get_mean_and_std(dataset)``: ``shuffle=True``, but a statistics pass, not
-    training) -- nor returned, nor handed on: what convert's sampler decides too."""
-    func = src.function_of(call)
-    parent = src.parent(call)
-    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not (
-        isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
-    ):
-        return False
-    name = parent.targets[0].id
-    if any(isinstance(n, ast.Attribute) and n.attr == "backward" for n in ast.walk(func)):
-        return False
-    uses = [n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
-    return bool(uses) and all(
-        isinstance(src.parent(u), (ast.For, ast.AsyncFor)) and src.parent(u).iter is u
-        or isinstance(src.parent(u), ast.Call) and dotted(src.parent(u).func) == "len"
-        for u in uses
-    )
+    """The loader is only iterated in its function (``loader_loops``), a function
+    that never calls ``backward()`` (kuangliu's ``get_mean_and_std(dataset)``:
+    ``shuffle=True``, but a statistics pass, not training) -- what convert's
+    sampler decides too."""
+    found = loader_loops(src, call)
+    return found is not None and bool(found[1]) and not calls_method(found[0], "backward")
 
 
 def _whole_dataset_sampler(src: Source, sampler: ast.AST, at: ast.AST, depth: int = 0) -> str:

@@ -10,7 +10,6 @@ from .. import _writes as W
 from .._analysis import (
     Source,
     called_only_on_main,
-    is_rank_dependent,
     last_name,
     is_main_process_check,
     is_not_main_check,
@@ -108,7 +107,6 @@ class OutputOnEveryRank(Rule):
             yield found
         loggers = _loggers(src)
         rank_made_loggers = _rank_made_loggers(src)
-        rank_level_logging = _rank_level_logging(src)
         main_only: dict = {}  # function -> called only on the main process
         for call in src.calls:
             what = _per_rank_sink(src, call)
@@ -135,7 +133,9 @@ class OutputOnEveryRank(Rule):
                 continue
             output = imported_facts(src)  # (the file's and its imports': read once)
             if printed and output.rank_aware_print or logged and output.rank_aware_logging:
-                continue  # ``setup_for_distributed(is_master)`` replaced print; rank-0 handlers
+                # ``setup_for_distributed(is_master)`` replaced print; rank-0 handlers, a level
+                # chosen by the rank (``basicConfig(level=INFO if rank in [-1, 0] else WARN)``)
+                continue
             if any(is_rank_expr(src, n) or _names_the_process(src, n) for arg in call.args for n in ast.walk(arg)):
                 continue
             if logged and _handed_in(src, call.func):
@@ -148,8 +148,6 @@ class OutputOnEveryRank(Rule):
                     main_only[func] = called_only_on_main(src, func)
                 if main_only[func]:
                     continue  # ``if self.gpu_id == 0: self._save_snapshot(epoch)``
-            if name not in N.PRINT and rank_level_logging:
-                continue  # ``basicConfig(level=INFO if rank in [-1, 0] else WARN)``: INFO on rank 0 only
             if _not_distributed_branch(src, call):
                 continue  # the non-distributed branch of ``if args.distributed: ... else:``
             if not on_main_process_only(src, call):
@@ -206,19 +204,6 @@ def _only_logged(src: Source, call: ast.Call) -> bool:
             if not (isinstance(call_of, ast.Call) and call_of.func is parent and isinstance(src.parent(call_of), ast.Expr)):
                 return False
     return True
-
-
-def _rank_level_logging(src: Source) -> bool:
-    """The logging level depends on the rank (HF's ``logging.basicConfig(level=
-    logging.INFO if args.local_rank in [-1, 0] else logging.WARN)``, or
-    ``logger.setLevel(...)`` so): info and debug show on the main process only."""
-    for call in src.calls:
-        if last_name(call.func) not in ("basicConfig", "setLevel"):
-            continue
-        for value in (*call.args, *(k.value for k in call.keywords if k.arg == "level")):
-            if isinstance(value, ast.IfExp) and is_rank_dependent(src, value.test):
-                return True
-    return False
 
 
 def _not_distributed_branch(src: Source, node: ast.AST) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator, Optional, Set
+from typing import Iterator
 
 from .. import _names as N
 from .._analysis import (
@@ -16,9 +16,10 @@ from .._analysis import (
     is_collective,
     is_eval_name,
     optimizers_of_unwrapped_models,
+    PARAMETER_METHODS,
     PARTLY_WRAPPED_ADVICE,
-    SAME_MODULE_METHODS,
     partly_wrapped_models,
+    wrapped_models,
 )
 from ._base import Diagnostic, Rule
 
@@ -33,9 +34,6 @@ _SYNC_PREFIXES = (
 _FRAMEWORKS = ("horovod", "deepspeed", "accelerate", "apex", "fairscale", "lightning", "pytorch_lightning", "colossalai")
 #: words in the text without which nothing of the above can be named
 _SYNC_WORDS = re.compile(r"fsdp|fully_shard|_composable|distributed\.optim|algorithms")
-#: methods that return the same module (moved, compiled, switched to training)
-_SAME_MODULE = SAME_MODULE_METHODS
-_PARAMETERS = frozenset({"parameters", "named_parameters"})
 
 
 class ShardedTrainingWithoutDDP(Rule):
@@ -95,7 +93,7 @@ class ShardedTrainingWithoutDDP(Rule):
             yield self.diagnostic(src, assign, PARTLY_WRAPPED_ADVICE.format(whole=whole, part=part))
         if not _shards_training_data(src) or _synchronised(src):
             return
-        wrapped = _wrapped_in_ddp(src)
+        wrapped = wrapped_models(src, N.DDP)
         if wrapped is None:
             return  # a DDP wrap of something this cannot name
         for call, name in optimizers_of_unwrapped_models(src, wrapped, N.DDP):
@@ -138,83 +136,12 @@ def _synchronised(src: Source) -> bool:
     return False
 
 
-def _wrapped_in_ddp(src: Source) -> Optional[Set[str]]:
-    """The models the file wraps in DistributedDataParallel (``DDP(netG.to(device))``
-    wraps ``netG``: a GAN may wrap one model and forget the other); None when DDP
-    is named where this cannot tell what it wraps (``DDP(build())``, ``wrapper=DDP``)."""
-    if "DistributedDataParallel" not in src.text:
-        return set()
-    wrapped: Set[str] = set()
-    for node in src.nodes:
-        if not (isinstance(node, (ast.Name, ast.Attribute)) and src.qualname(node) in N.DDP):
-            continue
-        parent = src.parent(node)
-        if isinstance(parent, ast.Attribute) or isinstance(parent, ast.ImportFrom):
-            continue  # (the module path of a longer name)
-        if isinstance(parent, ast.Call) and parent.func is node:
-            module = argument(parent, 0, "module")
-            while isinstance(module, ast.Call) and isinstance(module.func, ast.Attribute) and module.func.attr in _SAME_MODULE:
-                module = module.func.value
-            names = {assigned_name(src, _wrapper_value(src, parent))}  # the wrapper: SGD(ddp_model.parameters())
-            if dotted(module):
-                names.add(dotted(module))
-            elif module is not None:  # DDP(build(head)): whatever it is handed may be in there
-                names |= {dotted(n) for n in ast.walk(module) if isinstance(n, (ast.Name, ast.Attribute))}
-            if names <= {""}:
-                return None  # (return DDP(build()))
-            wrapped |= names - {""}
-        elif not _names_ddp_only(src, node):
-            return None
-    return wrapped
-
-
-def _wrapper_value(src: Source, call: ast.Call) -> ast.AST:
-    """The expression a DDP call is the value of: ``DDP(m).to(device)``, ``DDP(m) if ddp else m``."""
-    node: ast.AST = call
-    while True:
-        parent = src.parent(node)
-        if isinstance(parent, ast.Attribute) and parent.attr in _SAME_MODULE:
-            grand = src.parent(parent)
-            if isinstance(grand, ast.Call) and grand.func is parent:
-                node = grand
-                continue
-        if isinstance(parent, ast.IfExp) and node is not parent.test:
-            node = parent
-            continue
-        return node
-
-
-def _names_ddp_only(src: Source, node: ast.AST) -> bool:
-    """DDP named, nothing wrapped: ``isinstance(model, (DDP, DP))``, ``type(m) is DDP``,
-    an annotation (``-> DDP``, ``model: DDP``)."""
-    child = node
-    for anc in src.ancestors(node):
-        if isinstance(anc, ast.Tuple):
-            child = anc
-            continue
-        if isinstance(anc, ast.Call):
-            return dotted(anc.func) in ("isinstance", "issubclass") and child is not anc.func
-        if isinstance(anc, ast.Compare):
-            return all(isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) for op in anc.ops)
-        if isinstance(anc, ast.arg):
-            return child is anc.annotation
-        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return child is anc.returns
-        if isinstance(anc, ast.AnnAssign):
-            return child is anc.annotation
-        if isinstance(anc, ast.Subscript):  # Optional[DDP]
-            child = anc
-            continue
-        return False
-    return False
-
-
 def _over_parameters(src: Source, call: ast.Call) -> bool:
     """The collective is in a loop over a model's parameters (``for p in
     model.parameters(): dist.all_reduce(p.data)``)."""
     for loop in src.ancestors(call):
         if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Attribute):
-            if loop.iter.func.attr in _PARAMETERS:
+            if loop.iter.func.attr in PARAMETER_METHODS:
                 return True
     return False
 
