@@ -22,6 +22,7 @@ def _transforms() -> Tuple[type, ...]:
     from .save_on_main import SaveOnMainProcess
     from .set_epoch import SetEpoch
     from .unused_parameters import UnusedParameters
+    from .wrap_after_changes import WrapAfterChanges
     from .wrap_model import WrapModel
 
     # Order matters: devices first (later transforms reuse `device`), then the
@@ -30,6 +31,7 @@ def _transforms() -> Tuple[type, ...]:
         RankDevice,
         DataParallelToDDP,
         WrapModel,
+        WrapAfterChanges,
         UnusedParameters,
         ModuleAccess,
         DistributedSamplerTransform,

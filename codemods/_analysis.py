@@ -1531,46 +1531,84 @@ def classify_loader(src: Source, call: ast.Call) -> str:
     return "unknown"
 
 
-def loader_loops(src: Source, call: ast.Call) -> Optional[Tuple[ast.AST, List[ast.AST]]]:
-    """(function, loops) where the loader ``call`` builds is bound to a name of its
-    function (once) and every use of that name is the loader of a ``for`` there
-    (also through ``enumerate``/``tqdm``) or ``len()`` of it; None otherwise -- a
-    loader handed to a call, put through ``iter()``, returned, or bound at module
-    level may train elsewhere."""
+def loader_loops(src: Source, call: ast.Call) -> Optional[List[Tuple[ast.AST, ast.AST]]]:
+    """(function, loop) pairs where the loader ``call`` builds is bound to a name
+    (once, in a function or at module level) and every use of that name is the
+    loader of a ``for`` there (also through ``enumerate``/``tqdm``), ``len()`` of
+    it, its ``.dataset``, or an argument of a function of this file whose
+    parameter is used so in turn (``test(net, memory_loader, test_loader)``:
+    SimCLR's feature bank); None otherwise -- a loader handed to another call,
+    put through ``iter()``, returned or stored may train elsewhere."""
     func = src.function_of(call)
     parent = src.parent(call)
-    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not (
+    if func is not None and not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not (
         isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
     ):
         return None
-    name = parent.targets[0].id
-    here = [n for stmt in func.body for n in _walk_here(stmt) if isinstance(n, ast.Name) and n.id == name]
-    if sum(not isinstance(n.ctx, ast.Load) for n in here) != 1:
+    return _loops_of_name(src, func if func is not None else src.tree, parent.targets[0].id, bound_here=True)
+
+
+def _loops_of_name(src: Source, scope: ast.AST, name: str, bound_here: bool, depth: int = 0):
+    here = [n for stmt in scope.body for n in _walk_here(stmt) if isinstance(n, ast.Name) and n.id == name]
+    if sum(not isinstance(n.ctx, ast.Load) for n in here) != (1 if bound_here else 0):
         return None  # (bound again, or deleted)
+    if isinstance(scope, ast.Module):
+        seen = {id(n) for n in here}
+        for node in src.of_type(ast.Name):
+            func = src.function_of(node) if node.id == name and id(node) not in seen else None
+            if node.id == name and id(node) not in seen and not (
+                isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                and name in {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
+            ):
+                return None  # (a function reads the module's loader itself: it may train on it)
     uses = [n for n in here if isinstance(n.ctx, ast.Load)]
-    loops = []
+    loops: List[Tuple[ast.AST, ast.AST]] = []
     for use in uses:
         loop = next((a for a in src.ancestors(use) if isinstance(a, (ast.For, ast.AsyncFor))), None)
         if loop is not None and any(x is use for x in iterated(loop.iter)):
-            loops.append(loop)
+            loops.append((scope, loop))
             continue
         holder = src.parent(use)
         if isinstance(holder, ast.Call) and last_name(holder.func) == "len" and holder.args == [use]:
             continue
+        if isinstance(holder, ast.Attribute) and holder.attr == "dataset":
+            continue
+        if isinstance(holder, ast.keyword):
+            holder, handed = src.parent(holder), holder.arg
+        else:
+            handed = holder.args.index(use) if isinstance(holder, ast.Call) and use in holder.args else None
+        callee = _file_function(src, holder.func) if isinstance(holder, ast.Call) and handed is not None else None
+        if callee is None or depth >= 2:
+            return None
+        params = [a.arg for a in (*callee.args.posonlyargs, *callee.args.args)]
+        param = handed if isinstance(handed, str) else (params[handed] if handed < len(params) else None)
+        if param not in params:
+            return None
+        inner = _loops_of_name(src, callee, param, bound_here=False, depth=depth + 1)
+        if inner is None:
+            return None
+        loops += inner
+    return loops if uses else None
+
+
+def _file_function(src: Source, func: ast.AST) -> Optional[ast.FunctionDef]:
+    """The module-level function of this file that ``func`` (a plain name) calls,
+    when the file defines it once."""
+    if not isinstance(func, ast.Name):
         return None
-    return (func, loops) if uses else None
+    found = [f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == func.id]
+    return found[0] if len(found) == 1 else None
 
 
 def evaluated_only(src: Source, call: ast.Call) -> bool:
-    """The loader ``call`` builds is only iterated in its function (``loader_loops``),
-    by loops under ``torch.no_grad()`` / ``inference_mode()`` (a ``with`` in the
+    """The loader ``call`` builds is only iterated (``loader_loops``: in its function,
+    or in the functions of the file it is handed to) by loops under ``torch.no_grad()`` / ``inference_mode()`` (a ``with`` in the
     function, or its decorator) that never call ``backward()``: an evaluation
     loader, whatever its name."""
-    found = loader_loops(src, call)
-    if found is None:
-        return False
-    func, loops = found
-    return all(not calls_method(loop, "backward") and _without_gradients(src, loop, func) for loop in loops)
+    loops = loader_loops(src, call)
+    return bool(loops) and all(
+        not calls_method(loop, "backward") and _without_gradients(src, loop, func) for func, loop in loops
+    )
 
 
 #: the context managers and decorators that turn gradients off (also convert's sampler)
@@ -1845,6 +1883,38 @@ def in_batch_comparison(src: Source) -> Optional[ast.AST]:
         if transposed and product and arange is not None:
             return arange
     return None
+
+
+#: the names a global batch size goes by (``args.batch_size``, ``opt.bs``)
+GLOBAL_BATCH_NAME = re.compile(r"(?i)^(batch_?size|bs|batch)$")
+
+
+def in_batch_labels_batch(src: Source, needs_a_loss: bool = False) -> Optional[Tuple[ast.AST, str]]:
+    """``(labels call, batch expression)`` for the in-batch labels of
+    ``in_batch_comparison``: the expression is the batch-size setting they are built
+    from (``torch.arange(self.args.batch_size)``: SimCLR), "" when they are built
+    from the batch's own size; None without such labels.  ``needs_a_loss``: (a module without loaders) only
+    where the labels go into a loss -- attention's ``q @ k.transpose()`` beside
+    ``torch.arange`` positions is not one.  Shared by the facts of a program
+    (``FileFacts.in_batch_label_batches``) and the distributed-sampler transform."""
+    node = in_batch_comparison(src)
+    if node is None:
+        return None
+    if needs_a_loss:
+        func = src.function_of(node) or src.tree
+        if not any(
+            isinstance(c, ast.Call) and re.search(r"(?i)cross_entropy|nll_loss|loss", last_name(c.func))
+            for c in ast.walk(func)
+        ) and not re.search(r"(?i)loss|nce|contrast", getattr(func, "name", "")):
+            return None  # (nor is it a loss itself: SimCLR's info_nce_loss(features) returns the logits)
+    batch = next(
+        (
+            dotted(n) for a in node.args for n in ast.walk(a)
+            if isinstance(n, (ast.Name, ast.Attribute)) and GLOBAL_BATCH_NAME.search(last_name(n) or "")
+        ),
+        "",
+    )
+    return node, batch
 
 
 def rank_local_stops(src: Source) -> List[Tuple[ast.If, Set[str]]]:
@@ -2135,6 +2205,69 @@ def _wrapped_module_name(src: Source, value: ast.AST, wrappers: FrozenSet[str]) 
         value = value.func.value
     module = wrapped_module(value) if isinstance(value, ast.Call) else None
     return dotted(module) if module is not None else ""
+
+
+def wrap_destination(src: Source, assign: ast.Assign, changes: List[ast.stmt], wrappers: FrozenSet[str]) -> Optional[ast.stmt]:
+    """The statement after which the wrap ``assign`` (``net = DDP(core.to(device))``)
+    can be built instead, so that the model changes ``changes`` (statements that
+    ``changes_after_wrap`` found for it) come before it -- or None when moving it
+    would be a guess.  It moves within its own block only, past statements that
+    neither need the wrapper nor could see a different object:
+
+    * every change is in a later statement of the wrap's block (or nested in one);
+    * those statements make no change through ``<name>.module`` (it would have to
+      be rewritten), return nothing, and rebind none of the names the wrap reads;
+    * they use the wrap's name only where it is the module itself before the wrap
+      (``model = DDP(model)``, or ``net = core`` above ``net = DDP(core)``), never
+      for its ``module``/``state_dict``, and rebind it only by a device move
+      (``net = net.cuda()``: the same module).
+
+    (ssd.pytorch: ``net = DataParallel(ssd_net)``, then ``ssd_net.extras.apply(weights_init)``
+    unseeded: built first, DDP would broadcast rank 0's weights before each rank drew
+    its own.)"""
+    owner = src.parent(assign)
+    block = next(
+        (getattr(owner, field) for field in ("body", "orelse", "finalbody")
+         if isinstance(getattr(owner, field, None), list) and assign in getattr(owner, field)),
+        None,
+    )
+    if block is None or len(assign.targets) != 1:
+        return None
+    name = dotted(assign.targets[0])
+    inner = _wrapped_module_name(src, assign.value, wrappers)
+    if not name or not inner:
+        return None
+    at = block.index(assign)
+    last = at
+    for stmt in changes:
+        top: Optional[ast.AST] = stmt
+        while top is not None and top not in block:
+            top = src.parent(top)
+        if top is None or block.index(top) <= at:  # (``block.index``: by equality, which ast nodes have by identity)
+            return None
+        last = max(last, block.index(top))
+    aliased = name == inner or any(
+        isinstance(s, ast.Assign) and [dotted(t) for t in s.targets] == [name] and dotted(s.value) == inner
+        for s in block[:at]
+    )
+    read = {n.id for n in ast.walk(assign.value) if isinstance(n, ast.Name)} - {inner.split(".")[0]}
+    for stmt in block[at + 1:last + 1]:
+        for node in _walk_here(stmt):
+            if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom)):
+                return None
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in read:
+                return None
+            if isinstance(node, ast.Assign) and any(dotted(t) == name for t in node.targets) and not (
+                _same_model(node.value, name) and aliased
+            ):
+                return None
+            if isinstance(node, ast.Attribute) and dotted(node.value) == name and (
+                not aliased or node.attr in ("module", "state_dict")
+            ):
+                return None
+            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load) and not aliased:
+                return None
+    return block[last]
 
 
 #: what to do about a ``requires_grad`` switch while training (DDP202, lint and convert)

@@ -74,7 +74,6 @@ class DataParallelToDDP(Transform):
         #: the file sets up DDP itself (a DataParallel here is its non-distributed
         #: branch); not so for one dp2ddp converted, whose DataParallel was left
         self._hand_made = self.role.already_distributed and not self.role.set_up_by_dp2ddp
-        self._changes: Optional[list] = None
         self._partial: Optional[Dict[int, Tuple[str, str]]] = None
         self._past_wrapper_reported: Set[cst.CSTNode] = set()
 
@@ -314,7 +313,8 @@ class DataParallelToDDP(Transform):
                 self.note(original, A.dropped_inputs_note(*dropped_inputs), code="DDP204")
         self._converted.add(original)
         self.changed(original, "DataParallel -> DistributedDataParallel on this process's device")
-        self._report_changes_after_wrap(original)
+        # (changes to the model after this wrap: wrap-after-changes moves the wrap past them)
+        self._wrapped_lines.add(self.position(self.statement_of(original))[0])
         self._report_forward_past_the_wrapper(original)
         made = _with_comments(template.with_changes(args=args), updated, kinds)
         self._made_wraps.add(made)
@@ -508,32 +508,6 @@ class DataParallelToDDP(Transform):
             # own body only: a guard around it takes its wraps out itself)
             self.replace_statement(stmt, [])
         return module_arg
-
-    # model = DDP(model); model.half() ------------------------------------------
-    def _report_changes_after_wrap(self, call: cst.Call) -> None:
-        """Changes to the model's parameters after the wrap, before training
-        (``_analysis.changes_after_wrap``, lint's DDP202): reported, since moving
-        the wrap past arbitrary code would be a guess."""
-        wrap_line = self.position(self.statement_of(call))[0]
-        self._wrapped_lines.add(wrap_line)
-        if self._changes is None:
-            self._changes = A.changes_after_wrap(self.ast_source, N.DATA_PARALLEL)
-        changes = [c for c in self._changes if c[1] == wrap_line]
-        for stmt, _, name, what in changes:
-            node = self.statement_at(stmt.lineno)
-            if node is None:
-                continue
-            self.manual(
-                node,
-                f"{name} is changed after the DDP wrap ({what}): "
-                + (
-                    A.UNFREEZE_ADVICE if what.endswith("during training") else
-                    "DDP registers the parameters and copies rank 0's values to all ranks when it "
-                    "is built, so later changes are not synchronised (new layers get no gradient "
-                    "averaging, re-initialised weights differ per rank); do this before the wrap"
-                ),
-                code="DDP202",
-            )
 
     def _report_forward_past_the_wrapper(self, wrap: cst.Call) -> None:
         """``model.module.encoder(x)`` in a training step of the model this wrap

@@ -139,11 +139,49 @@ class SetEpoch(Transform):
         if _calls_set_epoch(self.enclosing_function(node) or self.module):
             return
         self._iter_reported.add(name)
+        restarts = self._restarts(node, name)
+        if restarts:
+            # ``except StopIteration: it = iter(loader)``: each restart is a new pass --
+            # the sampler counts its own passes (its ``epoch`` attribute)
+            sampler = f"{name}.sampler"
+            for stmt in restarts:
+                self._plan(
+                    stmt, name, f"{sampler}.epoch + 1", guarded=known != "ours", where=("before", stmt)
+                )
+            return
         self.manual(
             node,
             f"{name} is consumed through iter()/next(): call {name}.sampler.set_epoch(n) "
             "each time a new pass over the data starts, or every pass repeats the same order",
         )
+
+    def _restarts(self, first: cst.Call, name: str) -> List[cst.BaseStatement]:
+        """The statements that start a new pass over ``name`` when its iterator runs
+        out -- ``it = iter(loader)`` in an ``except StopIteration:`` handler -- where
+        every other ``iter(name)`` of the function starts the first pass, outside any
+        loop (an iteration-based loop's shape: ssd.pytorch, many GAN trainers).  Empty
+        when the passes start elsewhere (then the author places set_epoch)."""
+        scope = self.enclosing_function(first) or self.module
+        restarts, others = [], []
+        for call in P.find(scope, cst.Call):
+            if not (m.matches(call.func, m.Name("iter")) and len(call.args) == 1
+                    and P.dotted_name(call.args[0].value) == name):
+                continue
+            handler = next((a for a in self.ancestors(call) if isinstance(a, (cst.ExceptHandler, cst.FunctionDef))), None)
+            if isinstance(handler, cst.ExceptHandler) and handler.type is not None and any(
+                P.dotted_name(n).rsplit(".", 1)[-1] == "StopIteration"
+                for n in ([*(e.value for e in handler.type.elements)] if isinstance(handler.type, cst.Tuple) else [handler.type])
+            ):
+                stmt = self.statement_of(call)
+                if stmt is not None:
+                    restarts.append(stmt)
+                continue
+            others.append(call)
+        in_a_loop = any(
+            isinstance(a, (cst.For, cst.While)) for call in others for a in self.ancestors(call)
+            if self.enclosing_function(a) is self.enclosing_function(first)
+        )
+        return [] if in_a_loop else restarts
 
     def _loader_in_the_header(self, batch_loop: cst.For, loader: cst.Call) -> None:
         """``for x, y in DataLoader(ds, sampler=DistributedSampler(ds)):`` inside an
