@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from . import _names as N
-from ._analysis import Source, dotted, last_name
+from ._analysis import Source, argument, dotted, in_batch_labels_batch, last_name
+from ._loaders import scales_the_learning_rate
 from ._model import ModelAttributeFunction
 
 
@@ -62,6 +63,18 @@ class FileFacts:
     #: forward (``def generate(decoder, s): hidden = decoder.init_hidden(1)``), by
     #: name: handed the DDP model from another file, they need its ``.module``
     model_attribute_functions: Dict[str, ModelAttributeFunction] = field(default_factory=dict)
+    #: top-level functions and classes that save the state_dict() of a model they
+    #: are handed (``def save(model, p): torch.save(model.state_dict(), p)``, a trainer
+    #: whose ``__init__`` keeps ``self.model = model`` and saves ``self.model.state_dict()``):
+    #: name -> (its positional parameters, the ones whose state_dict() it takes --
+    #: for a class, of ``__init__``, also a ``kwargs["model"]``)
+    state_dict_savers: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = field(default_factory=dict)
+    #: the last names of the batch-size settings a loss of the file builds its
+    #: in-batch labels from (``torch.arange(self.args.batch_size)``: "batch_size")
+    in_batch_label_batches: Set[str] = field(default_factory=set)
+    #: the last names of the ``batch_size`` settings of the file's DataLoaders (not
+    #: one the file computes a learning rate from: that one means the global batch)
+    loader_batch_names: Set[str] = field(default_factory=set)
 
 
 #: a BatchNorm layer built in the file (nn.BatchNorm2d, BatchNorm1d(...), not SyncBatchNorm)
@@ -186,7 +199,66 @@ def collect_facts(src: Source) -> FileFacts:
     if inits:
         facts.setup = "dp2ddp" if all(_in_dp2ddp_helper(src, call) for call in inits) else "hand"
     facts.model_attribute_functions = _model_attribute_functions(src)
+    if "state_dict" in src.text:
+        facts.state_dict_savers = _state_dict_savers(src)
+    if "arange" in src.text:
+        labels = in_batch_labels_batch(src, needs_a_loss=True)
+        if labels is not None and labels[1]:
+            facts.in_batch_label_batches.add(last_name_of(labels[1]))
+    if facts.has_data_loader:
+        for call in src.calls:
+            if src.qualname(call.func) in N.DATA_LOADER:
+                batch = argument(call, 1, "batch_size")
+                if batch is not None and dotted(batch) and not scales_the_learning_rate(src, dotted(batch)):
+                    facts.loader_batch_names.add(last_name_of(dotted(batch)))
     return facts
+
+
+def _state_dict_savers(src: Source) -> Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]]:
+    found = {}
+    for node in src.tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = tuple(a.arg for a in (*node.args.posonlyargs, *node.args.args))
+            saved = {
+                c.func.value.id for c in ast.walk(node)
+                if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "state_dict"
+                and isinstance(c.func.value, ast.Name) and c.func.value.id in params
+            }
+        elif isinstance(node, ast.ClassDef):
+            init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+            if init is None:
+                continue
+            params = tuple(a.arg for a in (*init.args.posonlyargs, *init.args.args))[1:]
+            kept: Dict[str, str] = {}  # self.model -> the parameter (or kwargs key) it holds
+            for assign in ast.walk(init):
+                if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1):
+                    continue
+                target, value = dotted(assign.targets[0]), assign.value
+                while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda", "cpu"):
+                    value = value.func.value  # self.model = model.to(device)
+                if isinstance(value, ast.Name) and value.id in params:
+                    kept[target] = value.id
+                elif (
+                    isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name)
+                    and value.value.id == (init.args.kwarg.arg if init.args.kwarg else None)
+                    and isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, str)
+                ):
+                    kept[target] = value.slice.value  # self.model = kwargs["model"]
+            saved = {
+                kept[dotted(c.func.value)] for c in ast.walk(node)
+                if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "state_dict"
+                and dotted(c.func.value) in kept and dotted(c.func.value).startswith("self.")
+            }
+        else:
+            continue
+        if saved:
+            found[node.name] = (params, tuple(sorted(saved)))
+    return found
+
+
+def last_name_of(dotted_name: str) -> str:
+    """``batch_size`` of ``self.args.batch_size``."""
+    return dotted_name.rsplit(".", 1)[-1]
 
 
 def _model_attribute_functions(src: Source) -> Dict[str, ModelAttributeFunction]:

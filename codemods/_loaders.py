@@ -278,6 +278,67 @@ def batch_uses_elsewhere(src: Source, batch: str, loader_call: ast.Call) -> List
     return uses
 
 
+#: calls whose arguments are the sizes of a tensor (a batch's own shape, when the
+#: batch size is one of them)
+SHAPE_FUNCTIONS = frozenset({"full", "zeros", "ones", "empty", "randn", "rand", "randint", "eye", "arange"})
+SHAPE_METHODS = frozenset({"view", "reshape", "expand", "new_full", "new_zeros", "new_ones", "new_empty", "resize_"})
+
+
+def sizes_a_tensor(src: Source, node: ast.AST) -> bool:
+    """``node`` is (part of) a size argument: ``torch.eye(2 * batch_size)``,
+    ``x.view(batch_size, -1)``, ``torch.arange(args.batch_size)`` -- a tensor built
+    to match a batch of that many samples."""
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, ast.Call):
+            if child is anc.func:
+                return False
+            name = last_name(anc.func)
+            method = isinstance(anc.func, ast.Attribute) and not src.qualname(anc.func).startswith("torch.")
+            return name in SHAPE_METHODS if method else name in SHAPE_FUNCTIONS and src.qualname(anc.func).startswith("torch")
+        if isinstance(anc, ast.stmt):
+            return False
+        if not isinstance(anc, (ast.BinOp, ast.Tuple, ast.List, ast.keyword, ast.Starred)):
+            return False
+        child = anc
+    return False
+
+
+def counts_batches(src: Source, node: ast.AST) -> bool:
+    """``node`` divides a count of samples into batches (``len(dataset) // batch_size``,
+    ``n_samples / args.batch_size``): right only for the global batch size."""
+    parent = src.parent(node)
+    return isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Div, ast.FloorDiv)) and parent.right is node
+
+
+def batch_kept_per_process(src: Source, batch: str, loader_call: ast.Call) -> Optional[ast.AST]:
+    """The first use of ``batch`` elsewhere (``batch_uses_elsewhere``) that sizes a
+    tensor to the loader's batches -- SimCLR's ``torch.eye(2 * batch_size)`` mask in
+    ``train()``: each process's batches must then hold ``batch`` samples, so the
+    loader keeps the number per process -- when no use divides a sample count by
+    it (steps per epoch: right only for the global batch) and no learning rate is
+    computed from it.  None otherwise (the uses are reported)."""
+    uses = batch_uses_elsewhere(src, batch, loader_call)
+    if any(counts_batches(src, use) for use in uses) or scales_the_learning_rate(src, batch):
+        return None
+    return next((use for use in uses if sizes_a_tensor(src, use)), None)
+
+
+def scales_the_learning_rate(src: Source, batch: str) -> bool:
+    """A statement of the file computes a learning rate from ``batch`` (``lr = base_lr
+    * args.batch_size / 256``): it means the global batch, which a per-process
+    number would change."""
+    for node in src.nodes:
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) and dotted(node) == batch:
+            stmt = next((a for a in src.ancestors(node) if isinstance(a, ast.stmt)), None)
+            text = src.segment(stmt).lower() if stmt is not None and not isinstance(
+                stmt, (ast.FunctionDef, ast.For, ast.While, ast.If, ast.With, ast.Try)
+            ) else ""
+            if "lr" in _words(text) or "learning_rate" in text:
+                return True
+    return False
+
+
 def _eval_function(src: Source, func: ast.AST) -> bool:
     from ._analysis import is_eval_name
 

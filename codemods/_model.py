@@ -74,6 +74,10 @@ class FileRole:
     program_loads_data: bool = False
     #: A module of the program saves or loads a state_dict.
     program_state_dict: bool = False
+    #: the batch-size settings (last names: "batch_size") that a loss of the program
+    #: builds its in-batch labels from and that a DataLoader of the program is given:
+    #: the training loaders keep that many samples per process, which the labels assume
+    program_batches_per_process: Tuple[str, ...] = ()
     #: The file already sets up DDP itself (init_process_group, DDP, spawn).
     already_distributed: bool = False
     #: ... through dp2ddp's own setup helper: converted earlier, and a DataParallel
@@ -88,6 +92,9 @@ class FileRole:
     #: own attributes (``FileFacts.model_attribute_functions``), by name -- a name
     #: two of them define differently is left out
     imported_model_functions: Tuple[Tuple[str, ModelAttributeFunction], ...] = ()
+    #: the functions and classes of the modules this file imports that save the
+    #: state_dict() of a model handed to them (``FileFacts.state_dict_savers``), by name
+    imported_state_dict_savers: Tuple[Tuple[str, Tuple[Tuple[str, ...], Tuple[str, ...]]], ...] = ()
 
 
 @dataclass

@@ -163,6 +163,10 @@ class ModuleAccess(Transform):
                     self._follow_into(method, call, name, owner, depth)
             elif isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")) and cls is not None:
                 self._follow_into(_method(cls, func.attr.value), call, name, cls, depth)
+            elif isinstance(func, cst.Name) and func.value in dict(self.role.imported_state_dict_savers) and (
+                self.ast_source.aliases.get(func.value, "").rsplit(".", 1)[-1] == func.value
+            ):
+                self._note_imported_saver(call, name, *dict(self.role.imported_state_dict_savers)[func.value])
             elif isinstance(func, cst.Name) and func.value in self._imported_functions():
                 self._hand_over(call, scope, name, self._imported_functions()[func.value])
             elif isinstance(func, (cst.Name, cst.Attribute)) and _SAVER.search(P.dotted_name(func).rsplit(".", 1)[-1]):
@@ -279,6 +283,25 @@ class ModuleAccess(Transform):
             f"{callee} (not in this file) now gets {name} wrapped in DDP: if it saves "
             f"{name}.state_dict() the keys gain a 'module.' prefix; pass {name}.module to keep "
             "the checkpoint format",
+        )
+
+    def _note_imported_saver(self, call: cst.Call, name: str, params, saved) -> None:
+        """``Trainer(model, opt, args)`` of another module, which keeps the model and
+        saves ``self.model.state_dict()`` (``FileFacts.state_dict_savers``): it now
+        gets the DDP wrapper, so its checkpoints gain the ``module.`` prefix -- said
+        at the call (the other module may get a bare model from its other callers)."""
+        handed = _parameters_receiving(call, params, name)
+        param = next((p for p in handed if p in saved), None)
+        if param is None or call in self._noted_savers:
+            return
+        self._noted_savers.add(call)
+        callee = P.dotted_name(call.func)
+        self.note(
+            call,
+            f"{callee} (another module) saves the state_dict() of the {param} it is handed, which is now "
+            f"{name} wrapped in DDP: its checkpoints' keys gain a 'module.' prefix; save its .module's "
+            "state_dict() there to keep the format (or strip the prefix where they are loaded: "
+            "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present)",
         )
 
     def _called_before(self, function: cst.FunctionDef, scope: cst.CSTNode, line: int) -> bool:

@@ -72,7 +72,6 @@ def {name}(global_batch_size):
 _EVAL_FUNCTION = re.compile(r"(?i)(^|_)(val|valid|validate|validation|eval|evaluate|evaluation|test)(_|$)")
 
 #: a name or attribute that holds a batch size (``batch_size``, ``args.batchSize``, ``bs``)
-_GLOBAL_BATCH = re.compile(r"(?i)^(batch_?size|bs|batch)$")
 
 
 class DistributedSamplerTransform(Transform):
@@ -96,6 +95,8 @@ class DistributedSamplerTransform(Transform):
         self._random_noted = False
         #: training loaders whose ``sampler=`` variable became a DistributedSampler -> its shuffle
         self._named_plain: Dict[cst.Call, str] = {}
+        #: training loaders that keep their batch size per process -> why
+        self._kept_per_process: Dict[cst.Call, str] = {}
 
     def visit_Module(self, node: cst.Module) -> bool:
         if "DataLoader" not in self.module_code:
@@ -108,8 +109,33 @@ class DistributedSamplerTransform(Transform):
         # (before any statement is left: the uses may come earlier in the file than the loader)
         for call in P.find(node, cst.Call):
             if self.is_call(call, N.DATA_LOADER) and self._will_share_the_batch(call):
-                self._report_batch_uses_elsewhere(call, _arg(call, 1, "batch_size"))
+                why = self._batch_kept_per_process(call)
+                if why:
+                    self._kept_per_process[call] = why
+                else:
+                    self._report_batch_uses_elsewhere(call, _arg(call, 1, "batch_size"))
         return True
+
+    def _batch_kept_per_process(self, loader: cst.Call) -> str:
+        """Why this training loader keeps its ``batch_size`` per process ("" when it
+        does not): the program builds tensors the size of its batches from that
+        number -- in-batch labels in a loss of the program
+        (``FileRole.program_batches_per_process``), a mask in the function the loop
+        runs (``_loaders.batch_kept_per_process``).  Divided, the batches would no
+        longer match them (a shape mismatch); kept, each process contrasts as many
+        samples as the original did, and the global batch grows."""
+        batch = P.dotted_name(_arg(loader, 1, "batch_size"))
+        if L.scales_the_learning_rate(self.ast_source, batch):
+            return ""  # (it means the global batch here)
+        if batch.rsplit(".", 1)[-1] in self.role.program_batches_per_process:
+            return f"a loss of the program builds its in-batch labels from {batch}"
+        call = self.ast_call(loader)
+        use = L.batch_kept_per_process(self.ast_source, batch, call) if call is not None else None
+        if use is None:
+            return ""
+        func = self.ast_source.function_of(use)
+        where = f"{func.name}()" if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) else "the code"
+        return f"{where} builds tensors the size of a batch from {batch} (line {use.lineno})"
 
     def _will_share_the_batch(self, call: cst.Call) -> bool:
         """``_convert`` will give this loader a DistributedSampler and divide its
@@ -398,7 +424,8 @@ class DistributedSamplerTransform(Transform):
         star = stars[0] if stars else None
         shuffle_expr = _arg(original, 2, "shuffle")
         batch_expr = _arg(original, 1, "batch_size")
-        per_process = self.settings.batch_size == "per-process"
+        kept = self._kept_per_process.get(original, "")
+        per_process = self.settings.batch_size == "per-process" or bool(kept)
         new_args: List[cst.Arg] = []
         sampler_placed = False
         star_code = self.module.code_for_node(star.value) if star is not None else ""
@@ -473,7 +500,16 @@ class DistributedSamplerTransform(Transform):
                 "metrics computed over this loader during training (running loss, accuracy) "
                 "now cover each rank's shard; all_reduce their sums for global numbers",
             )
-        if per_process:
+        if kept:
+            self.note(
+                original,
+                f"batch_size stays per process here: {kept}, which each process's batches must "
+                "match (divided, they would not); each process trains on as many samples per step as "
+                "the original did, so the global batch is batch_size x world size: scale the learning "
+                "rate (linear rule, with warmup) or lower the batch",
+                code="DDP103",
+            )
+        elif per_process:
             self.note(
                 original,
                 "batch_size is now per process: the global batch is batch_size x world size, "
@@ -562,26 +598,23 @@ class DistributedSamplerTransform(Transform):
         if self._contrast_noted or needs_a_loss in self._contrast_looked:
             return
         self._contrast_looked.add(needs_a_loss)  # (the module's answer: once per kind of question)
-        node = A.in_batch_comparison(self.ast_source)
-        if node is None:
+        found = A.in_batch_labels_batch(self.ast_source, needs_a_loss)
+        if found is None:
             return
-        if needs_a_loss:
-            func = self.ast_source.function_of(node) or self.ast_source.tree
-            if not any(
-                isinstance(c, ast.Call) and re.search(r"(?i)cross_entropy|nll_loss|loss", A.last_name(c.func))
-                for c in ast.walk(func)
-            ) and not re.search(r"(?i)loss|nce|contrast", getattr(func, "name", "")):
-                return  # (nor is it a loss itself: SimCLR's info_nce_loss(features) returns the logits)
+        node, batch = found
         self._contrast_noted = True
         stmt = self.statement_at(node.lineno)
         line_node = stmt if stmt is not None else self.module
-        batch = next(
-            (
-                A.dotted(n) for a in node.args for n in ast.walk(a)
-                if isinstance(n, (ast.Name, ast.Attribute)) and _GLOBAL_BATCH.search(A.last_name(n) or "")
-            ),
-            None,
-        )
+        if needs_a_loss and batch and batch.rsplit(".", 1)[-1] in self.role.program_batches_per_process:
+            self.note(
+                line_node,
+                f"these in-batch labels are built from {batch}: the program's training loader keeps "
+                f"{batch} samples per process, so they match each process's batch and each process "
+                "contrasts as many samples as before (gather the embeddings of all processes -- "
+                "torch.distributed.nn.functional.all_gather -- for world_size times more negatives)",
+                code="DDP103",
+            )
+            return
         if needs_a_loss and batch:
             # (SimCLR: torch.arange(self.args.batch_size) against a half batch -- a shape mismatch)
             self.manual(

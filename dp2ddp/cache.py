@@ -383,6 +383,7 @@ class ConvertCache:
     def get_facts(self, item: Tuple[str, bytes]) -> Optional[Tuple]:
         """(path, FileFacts or None, error or None) stored for (path, bytes), else None."""
         from dp2ddp.codemods._facts import FileFacts
+        from dp2ddp.codemods._model import ModelAttributeFunction
 
         path, data = item
         entry = self._find(self.facts, path, self._key(path, data))
@@ -396,10 +397,21 @@ class ConvertCache:
             facts.imports = set(facts.imports)
             facts.relative_imports = {tuple(i) for i in facts.relative_imports}
             facts.path_roots = set(facts.path_roots)
+            facts.in_batch_label_batches = set(facts.in_batch_label_batches)
+            facts.state_dict_savers = {
+                name: (tuple(params), tuple(saved)) for name, (params, saved) in facts.state_dict_savers.items()
+            }
+            facts.model_attribute_functions = {
+                name: ModelAttributeFunction(
+                    tuple(f["params"]), tuple(tuple(a) for a in f["attributes"]), f["trains"]
+                )
+                for name, f in facts.model_attribute_functions.items()
+            }
+            facts.loader_batch_names = set(facts.loader_batch_names)
             facts.local_data_parallel = [tuple(i) for i in facts.local_data_parallel]
             facts.torch_through_star = [tuple(i) for i in facts.torch_through_star]
             return path, facts, None
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
     def put_facts(self, item: Tuple[str, bytes], result: Tuple) -> None:
@@ -413,6 +425,8 @@ class ConvertCache:
             stored["imports"] = sorted(stored["imports"])
             stored["relative_imports"] = sorted(stored["relative_imports"])
             stored["path_roots"] = sorted(stored["path_roots"])
+            stored["in_batch_label_batches"] = sorted(stored["in_batch_label_batches"])
+            stored["loader_batch_names"] = sorted(stored["loader_batch_names"])
         self._remember(self.facts, path, {"key": self._key(path, data), "facts": stored, "error": error})
 
     def save(self) -> None:

@@ -235,21 +235,34 @@ def assign_roles(
             program_batchnorm=any(linked[p].builds_batchnorm for p in program),
             program_loads_data=any(linked[p].has_data_loader for p in program),
             program_state_dict=any(linked[p].uses_state_dict for p in program),
+            program_batches_per_process=tuple(sorted(
+                set().union(*(linked[p].in_batch_label_batches for p in program))
+                & set().union(*(linked[p].loader_batch_names for p in program))
+            )),
             already_distributed=f.already_distributed
             or any(facts[e].already_distributed for e in owners),
             set_up_by_dp2ddp="dp2ddp" in {facts[p].setup for p in (path, *owners)}
             and "hand" not in {facts[p].setup for p in (path, *owners)},
             imported_model_functions=_imported_model_functions(graph.get(path, ()), linked),
+            imported_state_dict_savers=_imported_by_name(
+                graph.get(path, ()), {p: linked[p].state_dict_savers for p in linked}
+            ),
         )
     return roles
 
 
 def _imported_model_functions(imported: Iterable[str], facts: Mapping[str, FileFacts]) -> tuple:
     """``FileRole.imported_model_functions`` of a file that imports ``imported``."""
+    return _imported_by_name(imported, {p: facts[p].model_attribute_functions for p in facts})
+
+
+def _imported_by_name(imported: Iterable[str], tables: Mapping[str, Mapping[str, object]]) -> tuple:
+    """The entries of ``tables`` (path -> {name: what}) of the modules ``imported``,
+    by name, sorted -- a name two of them define differently is left out."""
     found: Dict[str, object] = {}
     ambiguous: Set[str] = set()
     for path in sorted(imported):
-        for name, function in facts[path].model_attribute_functions.items():
+        for name, function in tables[path].items():
             if found.get(name, function) != function:
                 ambiguous.add(name)
             found[name] = function

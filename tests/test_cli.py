@@ -466,10 +466,12 @@ if __name__ == "__main__":
     assert b"compute_loss(model, x, y)" in entry.output
 
 
-def test_in_batch_labels_from_the_global_batch_size_in_another_module_are_reported():
-    """SimCLR's shape: the loader (sharded) is built in train.py, the InfoNCE loss of
-    another module builds its labels from ``args.batch_size`` -- a shape mismatch
-    against each process's share of the batch once converted: a spot there."""
+def test_in_batch_labels_from_the_batch_size_in_another_module_keep_it_per_process():
+    """SimCLR's shape: the loader is built in train.py, the InfoNCE loss of another
+    module builds its labels from ``args.batch_size``.  Divided among the processes,
+    the batches would not match the labels (a shape mismatch): the loader keeps the
+    number per process, both files say so.  A learning rate computed from the same
+    setting means the global batch: then the labels are a spot instead."""
     from dp2ddp.engine import convert_sources
 
     loss = b"""import torch
@@ -515,9 +517,20 @@ if __name__ == "__main__":
     main()
 """
     result = convert_sources({"train.py": train, "contrast.py": loss})
-    (module,) = [f for f in result.files if f.path == "contrast.py"]
-    spots = [f for f in module.findings if f.kind == "manual" and f.code == "DDP103"]
+    files = {f.path: f for f in result.files}
+    assert not [f for f in files["contrast.py"].findings if f.kind == "manual"]
+    notes = [f for f in files["contrast.py"].findings if f.kind == "note" and f.code == "DDP103"]
+    assert notes and notes[0].line == 10 and "keeps self.args.batch_size samples per process" in notes[0].message
+    output = files["train.py"].output.decode()
+    assert "batch_size=args.batch_size," in output and "per_rank_batch_size" not in output
+    assert any(f.code == "DDP103" and "stays per process" in f.message for f in files["train.py"].findings)
+
+    scaled = train.replace(b"lr=0.1", b"lr=0.1 * args.batch_size / 256")
+    result = convert_sources({"train.py": scaled, "contrast.py": loss})
+    files = {f.path: f for f in result.files}
+    spots = [f for f in files["contrast.py"].findings if f.kind == "manual" and f.code == "DDP103"]
     assert spots and "self.args.batch_size" in spots[0].message and spots[0].line == 10
+    assert "per_rank_batch_size(args.batch_size)" in files["train.py"].output.decode()
 
 
 def test_convert_says_what_lint_will_still_report_on_its_output(tmp_path):
@@ -534,3 +547,75 @@ def test_convert_says_what_lint_will_still_report_on_its_output(tmp_path):
     assert linted.exit_code == 1
     found = [line for line in linted.output.splitlines() if "DDP303" in line]
     assert said and found and said[0].startswith(found[0].split(" ", 1)[0])  # (the same path:line:col)
+
+
+def test_facts_read_back_from_the_cache_decide_as_fresh_ones(tmp_path, monkeypatch):
+    """The second run answers the files' ``ast`` facts from the cache: what a module
+    does with the model handed to it (reads ``model.init_hidden``; a trainer class
+    that saves ``self.model.state_dict()``) must decide the entry's conversion as
+    on the first run."""
+    import shutil
+
+    monkeypatch.delenv("DP2DDP_NO_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
+    before = FIXTURES / "e2e" / "model_read_by_another_module" / "before"
+    for path in before.glob("*.py"):
+        shutil.copy(path, tmp_path / path.name)
+    (tmp_path / "trainer.py").write_text(
+        "import torch\n\n\n"
+        "class Keeper:\n"
+        "    def __init__(self, model, path):\n"
+        "        self.model = model.to('cpu')\n"
+        "        self.path = path\n\n"
+        "    def keep(self):\n"
+        "        torch.save(self.model.state_dict(), self.path)\n"
+    )
+    train = (tmp_path / "train.py").read_text()
+    assert "\ndef main" in train or "\ndef train" in train
+    train = train.replace("import torch\n", "import torch\nfrom trainer import Keeper\n", 1)
+    (tmp_path / "train.py").write_text(train)
+    first = run("convert", ".", cwd=tmp_path)
+    # train.py changed: converted again, with its modules' facts read back from the cache
+    (tmp_path / "train.py").write_text(train + "# edited\n")
+    second = run("convert", ".", cwd=tmp_path)
+    fresh = run("convert", "--no-cache", ".", cwd=tmp_path)
+    assert "generate(model.module, 1, 5)" in first.output
+    assert second.output == fresh.output
+    assert second.exit_code == fresh.exit_code
+
+
+def test_a_model_handed_to_another_modules_saving_class_is_noted_at_the_call(tmp_path):
+    """``SimCLR(model=model, ...)`` of another module keeps ``self.model =
+    kwargs["model"]`` and saves ``self.model.state_dict()``: it now gets the DDP
+    wrapper, whose keys carry ``module.`` -- said at the call (DDP303 note)."""
+    (tmp_path / "learner.py").write_text(
+        "import torch\n\n\n"
+        "class Learner:\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        "        self.model = kwargs['model']\n"
+        "        self.optimizer = kwargs['optimizer']\n\n"
+        "    def fit(self, loader):\n"
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.mse_loss(self.model(x), y)\n"
+        "            self.optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            self.optimizer.step()\n"
+        "        torch.save({'state_dict': self.model.state_dict()}, 'last.pt')\n"
+    )
+    (tmp_path / "run.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from learner import Learner\n\n\n"
+        "def main():\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4, shuffle=True)\n"
+        "    for epoch in range(2):\n"
+        "        Learner(model=model, optimizer=optimizer).fit(loader)\n\n\n"
+        "if __name__ == \"__main__\":\n"
+        "    main()\n"
+    )
+    result = run("convert", "--no-cache", ".", cwd=tmp_path)
+    notes = [line for line in result.output.splitlines() if "DDP303" in line]
+    assert len(notes) == 1, result.output
+    assert "run.py:12:" in notes[0] and "Learner (another module) saves the state_dict() of the model" in notes[0]

@@ -111,8 +111,8 @@ def _iterated_here_without_training(src: Source, call: ast.Call) -> bool:
     that never calls ``backward()`` (kuangliu's ``get_mean_and_std(dataset)``:
     ``shuffle=True``, but a statistics pass, not training) -- what convert's
     sampler decides too."""
-    found = loader_loops(src, call)
-    return found is not None and bool(found[1]) and not calls_method(found[0], "backward")
+    loops = loader_loops(src, call)
+    return bool(loops) and not any(calls_method(func, "backward") for func, _ in loops)
 
 
 def _whole_dataset_sampler(src: Source, sampler: ast.AST, at: ast.AST, depth: int = 0) -> str:
