@@ -1196,7 +1196,12 @@ _FILE_HANDLERS = ("logging.FileHandler", "logging.handlers.RotatingFileHandler")
 def file_handler_added(src: Source, call: ast.Call) -> bool:
     """``logger.addHandler(logging.FileHandler(path))`` with a path that does not
     name the rank: the file is opened for appending by every rank that runs it.
+    So does ``logging.basicConfig(filename=path, ...)`` (SimCLR's training.log):
+    on the main process only, the other ranks log to stderr (warnings, errors).
     A file write for lint (DDP302) and convert (rank 0)."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "basicConfig" and src.qualname(call.func) == "logging.basicConfig":
+        path = keyword(call, "filename")
+        return path is not None and not per_rank_target(src, path) and is_pure(path)
     if not (isinstance(call.func, ast.Attribute) and call.func.attr == "addHandler" and len(call.args) == 1):
         return False
     return _shared_file_handler(src, call.args[0])

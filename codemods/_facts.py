@@ -69,6 +69,11 @@ class FileFacts:
     #: name -> (its positional parameters, the ones whose state_dict() it takes --
     #: for a class, of ``__init__``, also a ``kwargs["model"]``)
     state_dict_savers: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = field(default_factory=dict)
+    #: top-level functions that only write files (``save_checkpoint(state, is_best,
+    #: filename)``, ``save_config_file(folder, args)``): every call in them is a
+    #: file-system, serialisation or logging call, ``torch.save``, or asks the rank --
+    #: no collective, no model forward, no other function of the project
+    writing_functions: Set[str] = field(default_factory=set)
     #: the last names of the batch-size settings a loss of the file builds its
     #: in-batch labels from (``torch.arange(self.args.batch_size)``: "batch_size")
     in_batch_label_batches: Set[str] = field(default_factory=set)
@@ -201,6 +206,7 @@ def collect_facts(src: Source) -> FileFacts:
     facts.model_attribute_functions = _model_attribute_functions(src)
     if "state_dict" in src.text:
         facts.state_dict_savers = _state_dict_savers(src)
+    facts.writing_functions = _writing_functions(src)
     if "arange" in src.text:
         labels = in_batch_labels_batch(src, needs_a_loss=True)
         if labels is not None and labels[1]:
@@ -212,6 +218,47 @@ def collect_facts(src: Source) -> FileFacts:
                 if batch is not None and dotted(batch) and not scales_the_learning_rate(src, dotted(batch)):
                     facts.loader_batch_names.add(last_name_of(dotted(batch)))
     return facts
+
+
+#: modules whose calls only touch files, serialise or log
+_WRITING_MODULES = ("os.", "shutil.", "json.", "yaml.", "pickle.", "csv.", "pathlib.", "logging.", "time.", "datetime.", "io.")
+_WRITING_CALLS = frozenset({
+    "torch.save", "torch.distributed.is_initialized", "torch.distributed.is_available",
+    "torch.distributed.get_rank", "torch.distributed.get_world_size",
+})
+_HARMLESS_BUILTINS = frozenset({
+    "open", "print", "str", "int", "float", "bool", "len", "dict", "list", "tuple", "set", "sorted", "vars",
+    "isinstance", "range", "enumerate", "zip", "format", "repr", "getattr", "hasattr", "min", "max", "sum",
+    "round", "abs",
+})
+WRITING_METHODS = frozenset({
+    "write", "writelines", "dump", "dumps", "close", "flush", "items", "keys", "values", "get", "format",
+    "join", "mkdir", "exists", "update", "append", "copy", "state_dict", "cpu", "tolist", "item",
+})
+
+
+def _writing_functions(src: Source) -> Set[str]:
+    found = set()
+    for func in src.tree.body:
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        calls = [c for c in ast.walk(func) if isinstance(c, ast.Call)]
+        writes = False
+        for call in calls:
+            name = src.qualname(call.func)
+            builtin = name.split(".", 1)[1] if name.startswith("builtins.") else name
+            if name in _WRITING_CALLS or name.startswith(_WRITING_MODULES) or builtin in _HARMLESS_BUILTINS:
+                writes = writes or name == "torch.save" or name.startswith(("shutil.", "json.", "yaml.", "pickle.")) or (
+                    name == "builtins.open"
+                )
+                continue
+            if isinstance(call.func, ast.Attribute) and call.func.attr in WRITING_METHODS and not name.startswith("torch."):
+                continue
+            break
+        else:
+            if writes:
+                found.add(func.name)
+    return found
 
 
 def _state_dict_savers(src: Source) -> Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]]:

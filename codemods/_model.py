@@ -95,6 +95,9 @@ class FileRole:
     #: the functions and classes of the modules this file imports that save the
     #: state_dict() of a model handed to them (``FileFacts.state_dict_savers``), by name
     imported_state_dict_savers: Tuple[Tuple[str, Tuple[Tuple[str, ...], Tuple[str, ...]]], ...] = ()
+    #: the functions of the modules this file imports that only write files
+    #: (``FileFacts.writing_functions``), by name
+    imported_writing_functions: Tuple[str, ...] = ()
 
 
 @dataclass

@@ -39,6 +39,7 @@ from . import _names as N
 from . import _patterns as P
 from . import _writes as W
 from ._bridge import byte_offset
+from ._facts import WRITING_METHODS
 from ._guard import MainProcessGuard, single_call
 
 
@@ -229,6 +230,11 @@ class OutputOnMainProcess(MainProcessGuard):
         call = single_call(stmt)
         if call is None:
             return self._writer_use(stmt)
+        if self._writes_from_the_writer(stmt, call):
+            return (
+                f"{P.dotted_name(call.func)}() (another module) only writes files, at a path read from the "
+                "TensorBoard writer, which exists on the main process only: so does this call"
+            )
         if self._names_the_rank(call):
             return None
         if self.is_call(call, N.PRINT) and self._to_a_rank_file(call):
@@ -248,6 +254,29 @@ class OutputOnMainProcess(MainProcessGuard):
         if wandb and all(P.is_pure(a.value) for a in call.args):
             return "wandb from the main process only"
         return None
+
+    def _writes_from_the_writer(self, stmt: cst.BaseStatement, call: cst.Call) -> bool:
+        """``save_config_file(self.writer.log_dir, self.args)``: a use of a writer made
+        on the main process only, in a call of another module's function that only
+        writes files (``FileRole.imported_writing_functions``), whose arguments compute
+        nothing but paths and state dicts (SimCLR's checkpoint in the writer's folder)."""
+        if self._key(stmt) not in self._use_statements or not isinstance(call.func, cst.Name):
+            return False
+        name = call.func.value
+        if name not in self.role.imported_writing_functions or not any(
+            q.rsplit(".", 1)[-1] == name and "." in q for q in self.qnames(call.func)
+        ):
+            return False
+        for inner in P.find(call, cst.Call):
+            if inner is call:
+                continue
+            func = inner.func
+            if isinstance(func, cst.Attribute) and func.attr.value in WRITING_METHODS:
+                continue
+            if any(q.startswith("os.path.") for q in self.qnames(func)):
+                continue
+            return False
+        return True
 
     def _names_the_rank(self, call: cst.Call) -> bool:
         """``print(f"[GPU{gpu_id}] epoch {epoch}")``: meant per rank (lint's DDP301

@@ -71,7 +71,7 @@ class SaveOnMainProcess(MainProcessGuard):
     NAME = "save-on-main"
     DESCRIPTION = "Guard torch.save (and the file operations after it) with a main-process check."
     # (savefig, save_image, np.save too; with open(p, "w"); json.dump(x, open(p, "w")); folders made and removed)
-    TRIGGERS = ("save", "open", "mkdir", "makedirs", "rmtree", "remove", "unlink", "rmdir")
+    TRIGGERS = ("save", "open", "mkdir", "makedirs", "rmtree", "remove", "unlink", "rmdir", "basicConfig")
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -226,7 +226,7 @@ class SaveOnMainProcess(MainProcessGuard):
         ):  # Hugging Face models, tokenizers, configs: a folder of files each rank would write
             return "save_pretrained runs on the main process only (every rank would write the same files)"
         if call is not None and self._file_handler_added(call):
-            return "the log file's handler is added on the main process only (every rank would append to the same file)"
+            return "the log file is set up on the main process only (every rank would append to the same file)"
         if call is not None and self._image_save(call) and not self._per_rank_path(call):
             if not all(P.is_pure(a.value) for a in call.args):
                 return None  # (what it writes is computed here)
@@ -736,9 +736,11 @@ class SaveOnMainProcess(MainProcessGuard):
         return self._file_handlers
 
     def _file_handler_added(self, call: cst.Call) -> bool:
-        """``logger.addHandler(logging.FileHandler(path))``: the file is opened for
-        appending by every rank that runs it (``_analysis.file_handler_added``)."""
-        node = self.ast_call(call) if isinstance(call.func, cst.Attribute) and call.func.attr.value == "addHandler" else None
+        """``logger.addHandler(logging.FileHandler(path))``, ``logging.basicConfig(filename=path)``:
+        the file is opened for appending by every rank that runs it (``_analysis.file_handler_added``)."""
+        node = self.ast_call(call) if isinstance(call.func, cst.Attribute) and call.func.attr.value in (
+            "addHandler", "basicConfig"
+        ) else None
         return node is not None and A.file_handler_added(self.ast_source, node)
 
     def _image_save(self, call: cst.Call) -> bool:

@@ -408,6 +408,7 @@ class ConvertCache:
                 for name, f in facts.model_attribute_functions.items()
             }
             facts.loader_batch_names = set(facts.loader_batch_names)
+            facts.writing_functions = set(facts.writing_functions)
             facts.local_data_parallel = [tuple(i) for i in facts.local_data_parallel]
             facts.torch_through_star = [tuple(i) for i in facts.torch_through_star]
             return path, facts, None
@@ -427,6 +428,7 @@ class ConvertCache:
             stored["path_roots"] = sorted(stored["path_roots"])
             stored["in_batch_label_batches"] = sorted(stored["in_batch_label_batches"])
             stored["loader_batch_names"] = sorted(stored["loader_batch_names"])
+            stored["writing_functions"] = sorted(stored["writing_functions"])
         self._remember(self.facts, path, {"key": self._key(path, data), "facts": stored, "error": error})
 
     def save(self) -> None:

@@ -244,6 +244,9 @@ def assign_roles(
             set_up_by_dp2ddp="dp2ddp" in {facts[p].setup for p in (path, *owners)}
             and "hand" not in {facts[p].setup for p in (path, *owners)},
             imported_model_functions=_imported_model_functions(graph.get(path, ()), linked),
+            imported_writing_functions=tuple(name for name, _ in _imported_by_name(
+                graph.get(path, ()), {p: dict.fromkeys(linked[p].writing_functions, True) for p in linked}
+            )),
             imported_state_dict_savers=_imported_by_name(
                 graph.get(path, ()), {p: linked[p].state_dict_savers for p in linked}
             ),
