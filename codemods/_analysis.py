@@ -408,15 +408,50 @@ def optimized_models(src: Source, optimizer: ast.Call) -> List[str]:
         return []
     roots: List[ast.AST] = [params]
     if isinstance(params, ast.Name):
-        roots += [v for v in values_bound_to(src, params.id)]
+        roots += [v for v in values_bound_to(src, params.id) if v is not None]
     names: List[str] = []
-    for root in roots:
-        for node in ast.walk(root):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in PARAMETER_METHODS:
-                name = dotted(node.func.value)
-                if name and name not in names:
-                    names.append(name)
+    function = src.function_of(optimizer)
+    followed: Set[str] = set()
+    for _ in range(3):  # parameter groups from a dict of the function (minGPT: param_dict[pn] of
+        deeper: List[ast.AST] = []  # {pn: p for pn, p in self.named_parameters()})
+        for root in roots:
+            for node in ast.walk(root):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in PARAMETER_METHODS:
+                    name = dotted(node.func.value)
+                    if name and name not in names:
+                        names.append(name)
+                elif isinstance(node, ast.Name) and node.id not in followed and function is not None:
+                    followed.add(node.id)
+                    deeper += [v for v in values_bound_to(src, node.id) if v is not None and src.function_of(v) is function]
+        if names or not deeper:
+            break
+        roots = deeper
     return names
+
+
+def optimizer_methods(src: Source) -> Set[str]:
+    """Methods of the file's classes that build an optimizer over their own module's
+    parameters and return it, training nothing themselves (minGPT's
+    ``GPT.configure_optimizers(train_config)``): the module to wrap is the one a
+    caller calls the method on.  Shared by convert's wrap-model in the file and,
+    through ``FileFacts.optimizer_methods``, in the files that call it."""
+    found: Set[str] = set()
+    for cls in src.of_type(ast.ClassDef):
+        for method in cls.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or calls_method(method, "backward"):
+                continue
+            optimizers = [
+                c for c in ast.walk(method)
+                if isinstance(c, ast.Call) and N.is_optimizer(src.qualname(c.func))
+                and all(m == "self" or m.startswith("self.") for m in optimized_models(src, c) or ["?"])
+            ]
+            returned = {
+                dotted(r.value) if not isinstance(r.value, ast.Call) else id(r.value)
+                for r in ast.walk(method) if isinstance(r, ast.Return) and r.value is not None
+            } - {""}
+            if any(id(c) in returned or assigned_name(src, c) in returned for c in optimizers):
+                found.add(method.name)
+    return found
 
 
 def values_bound_to(src: Source, name: str) -> List[ast.AST]:
@@ -605,12 +640,115 @@ def partly_wrapped_models(src: Source, wrappers: FrozenSet[str]) -> List[Tuple[a
         whole = part.rsplit(".", 1)[0] if "." in part else ""
         if not whole or whole == "self":
             continue
+        names = names_of_the_model(src, assign, whole)  # (net = set_model(): trained as net)
         helper = any(
-            "optim" in last_name(call.func).lower() and any(dotted(a) == whole for a in call.args)
+            "optim" in last_name(call.func).lower() and any(dotted(a) in names for a in call.args)
             for call in src.calls
         )
-        if whole in trained_models(src) or helper or not has_optimizer:
+        if names & trained_models(src) or helper or not has_optimizer:
             found.append((assign, whole, part))
+    return found
+
+
+def names_of_the_model(src: Source, stmt: ast.stmt, model: str) -> Set[str]:
+    """``model`` and the names the callers of the function around ``stmt`` bind it to
+    where the function returns it (``net, criterion = set_model(opt)`` of ``return
+    model.cuda(), criterion``)."""
+    function = src.function_of(stmt)
+    names = {model}
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return names
+    returns = [r for r in ast.walk(function) if isinstance(r, ast.Return) and r.value is not None]
+    positions = {
+        i for r in returns for i, e in enumerate(getattr(r.value, "elts", None) or [r.value])
+        if dotted(_same_module(e)) == model
+    }
+    if not positions:
+        return names
+    for call in src.calls:
+        if dotted(call.func) != function.name:
+            continue
+        bound = src.parent(call)
+        if isinstance(bound, ast.Assign):
+            for target in bound.targets:
+                items = getattr(target, "elts", None) or [target]
+                names |= {dotted(t) for i, t in enumerate(items) if i in positions or len(items) == 1} - {""}
+    return names
+
+
+#: what a whole-model DDP wrapper still answers as the bare model did (its state_dict()
+#: only gains the ``module.`` prefix)
+_WHOLE_WRAP_KEEPS = N.DDP_FORWARDS | {"state_dict"}
+
+
+def whole_wrap_blocker(
+    src: Source, assign: ast.Assign, whole: str, imported: Dict[str, Tuple[Tuple[str, ...], Tuple[Tuple[str, str], ...]]]
+) -> str:
+    """Why ``model.encoder = DataParallel(model.encoder)`` cannot become a DDP wrap of
+    ``model`` as a whole (``""`` when it can): the program reads an attribute of
+    ``model`` that the wrapper does not forward -- after the wrap, in another function
+    of the file (``model.encoder(x)``, ``model.load_state_dict(ckpt)``: its keys would
+    not match), through a function of the file or of another module that ``model``
+    is handed to (``imported``: alias -> (its parameters, (parameter, attribute)
+    read)) -- or ``model`` is bound under another name where it is returned to.
+    Shared by convert (data-parallel-to-ddp) and its report."""
+    function = src.function_of(assign)
+    names = names_of_the_model(src, assign, whole)
+    own = {
+        f.name: f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    for node in src.nodes:
+        if isinstance(node, ast.Attribute) and dotted(node.value) in names and node.attr not in _WHOLE_WRAP_KEEPS:
+            if node.lineno < assign.lineno and src.function_of(node) is function or _part_of(src, node, assign):
+                continue  # (set-up before the wrap, and the wrap itself)
+            return f"{dotted(node)} is not an attribute of the DDP wrapper"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            handed = [i for i, a in enumerate(node.args) if dotted(a) in names]
+            if not handed:
+                continue
+            callee = node.func.id
+            if callee in own:
+                params = [a.arg for a in (*own[callee].args.posonlyargs, *own[callee].args.args)]
+                reads = {
+                    (n.value.id, n.attr) for n in ast.walk(own[callee])
+                    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                    and n.attr not in _WHOLE_WRAP_KEEPS and not n.attr.startswith("__")
+                }
+            elif callee in imported:
+                params = list(imported[callee][0])
+                reads = {(p, a) for p, a in imported[callee][1] if a not in _WHOLE_WRAP_KEEPS}
+            else:
+                continue
+            for at in handed:
+                if at < len(params) and any(p == params[at] for p, _ in reads):
+                    attribute = next(a for p, a in reads if p == params[at])
+                    return f"{callee}() reads {params[at]}.{attribute} of it"
+    return ""
+
+
+def _same_module(node: ast.AST) -> ast.AST:
+    """``model`` of ``model.cuda()``, ``model.to(device).train()``."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SAME_MODULE_METHODS:
+        node = node.func.value
+    return node
+
+
+def _part_of(src: Source, node: ast.AST, container: ast.AST) -> bool:
+    return node is container or any(a is container for a in src.ancestors(node))
+
+
+def imported_functions_by_alias(src: Source, by_name: Dict[str, object]) -> Dict[str, object]:
+    """The entries of ``by_name`` (functions of the modules this file imports, by their
+    own names) under the names this file imports them as (``from generate import
+    generate as gen``); ``from m import *`` gives the names the file does not bind itself."""
+    imported = {
+        alias: qualname for alias, qualname in src.aliases.items()
+        if "." in qualname and not qualname.startswith(("torch.", "builtins."))
+    }
+    found = {alias: by_name[q.rsplit(".", 1)[1]] for alias, q in imported.items() if q.rsplit(".", 1)[1] in by_name}
+    if "import *" in src.text:
+        bound = set(src.aliases) | {d.name for d in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)}
+        found.update((n, f) for n, f in by_name.items() if n not in bound)
     return found
 
 
@@ -649,7 +787,8 @@ NOT_FORWARD_METHODS = frozenset({
 
 
 def runs_no_forward(method: str) -> bool:
-    return method in NOT_FORWARD_METHODS or method.startswith(NOT_FORWARD_PREFIXES)
+    """(``configure_optimizers``, ``make_optimizer``: set-up, no forward pass either)"""
+    return method in NOT_FORWARD_METHODS or method.startswith(NOT_FORWARD_PREFIXES) or "optim" in method.lower()
 
 
 def forward_past_the_wrapper(src: Source, wrapped: Set[str]) -> List[Tuple[ast.AST, str]]:

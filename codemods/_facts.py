@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from . import _names as N
-from ._analysis import Source, argument, dotted, in_batch_labels_batch, last_name
+from ._analysis import Source, argument, dotted, in_batch_labels_batch, last_name, optimizer_methods
 from ._loaders import scales_the_learning_rate
 from ._model import ModelAttributeFunction
 
@@ -74,6 +74,9 @@ class FileFacts:
     #: file-system, serialisation or logging call, ``torch.save``, or asks the rank --
     #: no collective, no model forward, no other function of the project
     writing_functions: Set[str] = field(default_factory=set)
+    #: methods of the file's classes that build and return an optimizer over their own
+    #: module's parameters (``GPT.configure_optimizers``: ``_analysis.optimizer_methods``)
+    optimizer_methods: Set[str] = field(default_factory=set)
     #: the last names of the batch-size settings a loss of the file builds its
     #: in-batch labels from (``torch.arange(self.args.batch_size)``: "batch_size")
     in_batch_label_batches: Set[str] = field(default_factory=set)
@@ -207,6 +210,8 @@ def collect_facts(src: Source) -> FileFacts:
     if "state_dict" in src.text:
         facts.state_dict_savers = _state_dict_savers(src)
     facts.writing_functions = _writing_functions(src)
+    if facts.builds_optimizer:
+        facts.optimizer_methods = optimizer_methods(src)
     if "arange" in src.text:
         labels = in_batch_labels_batch(src, needs_a_loss=True)
         if labels is not None and labels[1]:
@@ -321,7 +326,8 @@ def _model_attribute_functions(src: Source) -> Dict[str, ModelAttributeFunction]
                 isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in params
                 and node.attr not in N.DDP_FORWARDS and not node.attr.startswith("__")
             ):
-                attributes.setdefault(node.value.id, node.attr)
+                if attributes.get(node.value.id, "state_dict") == "state_dict":
+                    attributes[node.value.id] = node.attr  # (the first one; one DDP lacks outright before state_dict)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
                 "backward", "step"
             ):

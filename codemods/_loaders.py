@@ -20,7 +20,7 @@ import ast
 from typing import List, Optional, Sequence, Tuple, Union
 
 from . import _names as N
-from ._analysis import Source, calls_method, dotted, is_epoch_loop, last_name
+from ._analysis import Source, assigned_name, calls_method, dotted, is_epoch_loop, last_name
 
 #: calls that iterate what they are given, one item at a time
 WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "track", "progress_bar"})
@@ -415,3 +415,25 @@ def statistics_passes(src: Source) -> List[Tuple[ast.AST, str]]:
         ((loop, name) for name in sharded_loaders(src) for loop in loops_over(src, name) if statistics_pass(src, loop)),
         key=lambda found: (found[0].lineno, found[0].col_offset),
     )
+
+
+def restarted_on_stop_iteration(src: Source, loader_call: ast.Call) -> bool:
+    """The loader built by ``loader_call`` is read through an iterator that its
+    function starts again when it runs out (``except StopIteration: it =
+    iter(loader)``, minGPT's and many GAN trainers' iteration loops): however long
+    one pass is, the loop goes on with the next."""
+    name = assigned_name(src, loader_call)
+    function = src.function_of(loader_call)
+    if not name or "StopIteration" not in src.text:
+        return False
+    for handler in src.of_type(ast.ExceptHandler):
+        caught = handler.type
+        names = [dotted(e) for e in (caught.elts if isinstance(caught, ast.Tuple) else [caught])] if caught else []
+        if not any(n.rsplit(".", 1)[-1] == "StopIteration" for n in names) or src.function_of(handler) is not function:
+            continue
+        if any(
+            isinstance(c, ast.Call) and dotted(c.func) == "iter" and c.args and dotted(c.args[0]) == name
+            for c in ast.walk(handler)
+        ):
+            return True
+    return False

@@ -44,7 +44,8 @@ class ModelAttributeFunction:
 
     #: its positional parameters, in order
     params: Tuple[str, ...]
-    #: parameter -> the first attribute of it read that DDP does not forward
+    #: parameter -> an attribute of it read that DDP does not forward (one other than
+    #: state_dict where it reads one: the wrapper has state_dict, with other keys)
     attributes: Tuple[Tuple[str, str], ...]
     #: it steps an optimizer or calls backward() itself
     trains: bool
@@ -78,6 +79,10 @@ class FileRole:
     #: builds its in-batch labels from and that a DataLoader of the program is given:
     #: the training loaders keep that many samples per process, which the labels assume
     program_batches_per_process: Tuple[str, ...] = ()
+    #: methods of the program's classes that build and return an optimizer over their
+    #: own module (``FileFacts.optimizer_methods``): ``model.configure_optimizers(cfg)``
+    #: trains ``model``
+    program_optimizer_methods: Tuple[str, ...] = ()
     #: The file already sets up DDP itself (init_process_group, DDP, spawn).
     already_distributed: bool = False
     #: ... through dp2ddp's own setup helper: converted earlier, and a DataParallel

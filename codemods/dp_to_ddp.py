@@ -74,7 +74,9 @@ class DataParallelToDDP(Transform):
         #: the file sets up DDP itself (a DataParallel here is its non-distributed
         #: branch); not so for one dp2ddp converted, whose DataParallel was left
         self._hand_made = self.role.already_distributed and not self.role.set_up_by_dp2ddp
-        self._partial: Optional[Dict[int, Tuple[str, str]]] = None
+        self._partial: Optional[Dict[int, Tuple[str, str, str]]] = None
+        #: ``model.encoder = DataParallel(model.encoder)`` made ``model = DDP(model...)``: assign -> "model"
+        self._whole_wraps: Dict[cst.Assign, str] = {}
         self._past_wrapper_reported: Set[cst.CSTNode] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -128,7 +130,12 @@ class DataParallelToDDP(Transform):
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
         """``state = {"net": net, ...}`` later handed to ``torch.save(state, ...)``:
-        the checkpoint holds the bare model (see ``_bare``)."""
+        the checkpoint holds the bare model (see ``_bare``).  ``model.encoder =
+        DataParallel(model.encoder)`` wrapped whole: ``model = DDP(model...)``."""
+        whole = self._whole_wraps.get(original_node)
+        if whole is not None:
+            target = cst.parse_expression(whole)
+            return updated_node.with_changes(targets=[updated_node.targets[0].with_changes(target=target)])
         if not isinstance(original_node.value, (cst.Dict, cst.List, cst.Tuple)) or not self._wrapped_lines:
             return updated_node
         if self._checkpoint_dicts is None:
@@ -243,9 +250,34 @@ class DataParallelToDDP(Transform):
             self.manual(original, "DataParallel called with *args/**kwargs: wrap the module in DDP by hand")
             return updated
         part = self._part_of_a_trained_model(original)
+        original_module = next(
+            (a.value for a in original.args if a.keyword is None or a.keyword.value == "module"), None
+        )
         if part:
-            self.manual(original, A.PARTLY_WRAPPED_ADVICE.format(whole=part[0], part=part[1]), code="DDP009")
-            return updated
+            whole, part_name, blocker = part
+            assign = self.parent(original)
+            if blocker or not (
+                isinstance(assign, cst.Assign) and len(assign.targets) == 1 and original_module is not None
+                and P.dotted_name(assign.targets[0].target) == part_name == P.dotted_name(original_module)
+            ):
+                advice = A.PARTLY_WRAPPED_ADVICE.format(whole=whole, part=part_name)
+                self.manual(original, f"{advice}{f' -- not done here: {blocker}' if blocker else ''}", code="DDP009")
+                return updated
+            # the whole model goes into the wrap: model = DDP(model...) (leave_Assign)
+            inner = part_name[len(whole) + 1:]
+            self._whole_wraps[assign] = whole
+            original_module = cst.parse_expression(whole)
+            updated = updated.with_changes(args=[
+                a.with_changes(value=original_module) if a.value is updated.args[0].value else a
+                for a in updated.args
+            ])
+            self.note(
+                original,
+                f"{whole} is wrapped whole, not only {part_name}: DDP averages the gradients of every "
+                f"parameter that trains (DataParallel around {part_name} left the rest on one process, "
+                f"which sharded data would drift apart); its state_dict() keys are now 'module.{inner}.*' "
+                f"where the multi-GPU original saved '{inner}.module.*' (load old checkpoints by hand)",
+            )
         module_arg = None
         keep = []
         kinds = []  # (parameter, argument): DataParallel(module, device_ids, output_device, dim)
@@ -264,9 +296,6 @@ class DataParallelToDDP(Transform):
         if module_arg is None:
             self.manual(original, "DataParallel call without a module")
             return updated
-        original_module = next(
-            (a.value for a in original.args if a.keyword is None or a.keyword.value == "module"), None
-        )
         moved = m.matches(module_arg, P.DEVICE_MOVE) or self.already_moved(original_module, original)
         # this process's device only where the wrap moves the module (no unused
         # ``device = ...`` next to the script's own ``self.device``)
@@ -320,12 +349,18 @@ class DataParallelToDDP(Transform):
         self._made_wraps.add(made)
         return made
 
-    def _part_of_a_trained_model(self, call: cst.Call) -> Optional[Tuple[str, str]]:
-        """(whole, part) where this wrap is ``model.encoder = DataParallel(model.encoder)``
-        of a model that trains as a whole (``_analysis.partly_wrapped_models``, lint's DDP009)."""
+    def _part_of_a_trained_model(self, call: cst.Call) -> Optional[Tuple[str, str, str]]:
+        """(whole, part, why the whole cannot be wrapped instead or "") where this wrap is
+        ``model.encoder = DataParallel(model.encoder)`` of a model that trains as a whole
+        (``_analysis.partly_wrapped_models``, lint's DDP009; ``_analysis.whole_wrap_blocker``)."""
         if self._partial is None:
-            self._partial = {a.lineno: (whole, part) for a, whole, part in
-                             A.partly_wrapped_models(self.ast_source, N.DATA_PARALLEL)}
+            src = self.ast_source
+            imported = {
+                alias: (f.params, f.attributes)
+                for alias, f in A.imported_functions_by_alias(src, dict(self.role.imported_model_functions)).items()
+            }
+            self._partial = {a.lineno: (whole, part, A.whole_wrap_blocker(src, a, whole, imported))
+                             for a, whole, part in A.partly_wrapped_models(src, N.DATA_PARALLEL)}
         return self._partial.get(self.position(self.statement_of(call))[0])
 
     def _wrap_targets(self, call: cst.Call) -> List[str]:

@@ -219,18 +219,9 @@ class ModuleAccess(Transform):
         return self._imported
 
     def _find_imported_functions(self) -> Dict[str, ModelAttributeFunction]:
-        imported = {
-            alias: qualname for alias, qualname in self.ast_source.aliases.items()
-            if "." in qualname and not qualname.startswith(("torch.", "builtins."))
-        }
-        by_name = dict(self.role.imported_model_functions)
-        found = {alias: by_name[q.rsplit(".", 1)[1]] for alias, q in imported.items() if q.rsplit(".", 1)[1] in by_name}
-        if "import *" in self.ast_source.text:  # ``from generate import *``: the names it does not bind itself
-            bound = set(self.ast_source.aliases) | {
-                d.name for d in self.ast_source.of_type(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-            }
-            found.update((n, f) for n, f in by_name.items() if n not in bound)
-        return found
+        return A.imported_functions_by_alias(  # type: ignore[return-value]
+            self.ast_source, dict(self.role.imported_model_functions)
+        )
 
     def _hand_over(self, call: cst.Call, scope: cst.CSTNode, name: str, function: ModelAttributeFunction) -> None:
         """``generate(decoder, "Wh")`` of another module, which reads
@@ -552,8 +543,8 @@ class ModuleAccess(Transform):
     def _forward_bypasses_ddp(self, node: cst.Attribute) -> bool:
         """``model.encoder(x)`` called where a ``backward()`` follows it (training)."""
         method = node.attr.value
-        if A.runs_no_forward(method):  # (init_hidden(bsz): zeros, no forward)
-            return False  # saving, loading, configuring: no forward pass
+        if A.runs_no_forward(method) or method in self.role.program_optimizer_methods:
+            return False  # saving, loading, configuring (init_hidden(bsz), configure_optimizers): no forward
         call = self.parent(node)
         if not (isinstance(call, cst.Call) and call.func is node):
             return False

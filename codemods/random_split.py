@@ -18,8 +18,15 @@ or a ``SubsetRandomSampler`` -- gets the same generator; one drawn with numpy or
 ``random`` is reported.
 
 A hyper-parameter drawn from Python's or NumPy's random state while the run is
-set up (``lr = random.random() * 5e-4`` in ``main``) differs per process: reported
-(DDP108), the author decides whether to share it.
+set up (``lr = random.random() * 5e-4`` in ``main``) differs per process (lint's
+DDP108): every rank takes the main process's draw instead, once the process group
+is up there::
+
+    lr = same_on_every_rank(random.random() * 5e-4)
+
+(``same_on_every_rank`` broadcasts the value from rank 0, added once per file).  A
+draw made before the process group starts, or under a condition on the rank (the
+broadcast is a collective), is reported.
 
 A script that seeds torch alike on every process before (``torch.manual_seed(0)``,
 ``seed_everything(seed)``) is left as it is; one that seeds by rank is not.
@@ -27,7 +34,7 @@ A script that seeds torch alike on every process before (``torch.manual_seed(0)`
 
 from __future__ import annotations
 
-from typing import Set
+from typing import Dict, Set
 
 import libcst as cst
 
@@ -35,7 +42,21 @@ from . import _analysis as A
 from . import _patterns as P
 from ._base import FileRole, Transform
 from ._bridge import cst_position
-from .rules.hyperparameters_drawn_per_rank import HyperparametersDrawnPerRank, drawn_per_rank
+from .rules.hyperparameters_drawn_per_rank import HyperparametersDrawnPerRank, drawn_per_rank, shareable_draws
+
+
+#: every rank takes the main process's value (DDP108's fix)
+SAME_ON_EVERY_RANK = '''
+def {name}(value):
+    """The main process's value, on every process (added by dp2ddp).
+
+    A value drawn from Python's or NumPy's own random state differs per process;
+    each rank takes rank 0's, so that they train alike.
+    """
+    shared = [value]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]
+'''
 
 
 class RandomSplit(Transform):
@@ -54,14 +75,41 @@ class RandomSplit(Transform):
             cst_position(lines, c) for c in A.unseeded_random_splits(self.ast_source, with_kwargs=True)
         }
         self._draws: Set[tuple] = {cst_position(lines, c) for c in A.unseeded_index_splits(self.ast_source)}
-        # hyper-parameters drawn per process (lint's DDP108 decision): reported, not changed
+        # hyper-parameters drawn per process (lint's DDP108 decision): the main process's
+        # value on every rank where the fix can share it, reported elsewhere
         self._per_rank = {cst_position(lines, c): message for c, message in drawn_per_rank(self.ast_source)}
+        #: position of a shareable assignment's value -> the positions of its draws
+        self._shareable: Dict[tuple, Set[tuple]] = {
+            cst_position(lines, stmt.value): {cst_position(lines, c) for c in calls}
+            for stmt, calls in shareable_draws(self.ast_source)
+        }
+        self._shared_draws: Set[tuple] = set()
         return bool(self._lines or self._draws or self._per_rank)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        draws = self._shareable.get(self.position(node.value))
+        if draws is not None and self.before_process_group(node) is None:
+            self._shared_draws |= draws
 
     def visit_Call(self, node: cst.Call) -> None:
         message = self._per_rank.get(self.position(node))
-        if message is not None:
+        if message is not None and self.position(node) not in self._shared_draws:
             self.manual(node, message, code=HyperparametersDrawnPerRank.CODE)
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        draws = self._shareable.get(self.position(original_node.value))
+        if draws is None or not draws <= self._shared_draws:
+            return updated_node
+        targets = ", ".join(P.dotted_name(t.target) or "it" for t in original_node.targets)
+        self.changed(
+            original_node,
+            f"{targets} is drawn from this process's own random state: every rank now takes the main "
+            "process's draw (drawn per rank, a learning rate differed between the copies, or a number "
+            "of epochs left ranks waiting for each other)",
+            code=HyperparametersDrawnPerRank.CODE,
+        )
+        helper = self.helper("same_on_every_rank", SAME_ON_EVERY_RANK.replace("dist.", f"{self.dist()}.").lstrip("\n"))
+        return updated_node.with_changes(value=cst.Call(func=cst.Name(helper), args=[cst.Arg(updated_node.value)]))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.position(original_node) in self._draws and self.qnames(original_node.func) & A.INDEX_DRAWS.keys():

@@ -95,6 +95,7 @@ class DistributedSamplerTransform(Transform):
         self._random_noted = False
         #: training loaders whose ``sampler=`` variable became a DistributedSampler -> its shuffle
         self._named_plain: Dict[cst.Call, str] = {}
+        self._streams_noted: Set[cst.Call] = set()  # (RandomSampler(replacement=True) replaced)
         #: training loaders that keep their batch size per process -> why
         self._kept_per_process: Dict[cst.Call, str] = {}
 
@@ -266,17 +267,44 @@ class DistributedSamplerTransform(Transform):
         loader's own dataset, nothing else: the shuffle its DistributedSampler gets."""
         value = _arg(loader, 3, "sampler")
         dataset = _arg(loader, 0, "dataset")
-        if not isinstance(value, cst.Call) or dataset is None or _arg(loader, 2, "shuffle") is not None:
+        shuffle = _arg(loader, 2, "shuffle")
+        if not isinstance(value, cst.Call) or dataset is None or shuffle is not None and not m.matches(
+            shuffle, m.Name("False")
+        ):
+            return None  # (shuffle=False beside a sampler: DataLoader's default, taken out with it)
+        source = value.args[0] if value.args else None
+        if source is None or source.keyword is not None and source.keyword.value != "data_source":
             return None
-        if len(value.args) != 1 or value.args[0].keyword not in (None,) and value.args[0].keyword.value != "data_source":
+        if self.module.code_for_node(source.value) != self.module.code_for_node(dataset):
             return None
-        if self.module.code_for_node(value.args[0].value) != self.module.code_for_node(dataset):
-            return None
-        if self.is_call(value, N.RANDOM_SAMPLER):
-            return "True"
-        if self.is_call(value, N.SEQUENTIAL_SAMPLER):
+        if self.is_call(value, N.SEQUENTIAL_SAMPLER) and len(value.args) == 1:
             return "False"
+        if not self.is_call(value, N.RANDOM_SAMPLER):
+            return None
+        rest = {a.keyword.value if a.keyword else "" for a in value.args[1:]}
+        if not rest:
+            return "True"
+        if rest <= {"replacement", "num_samples"} and m.matches(
+            _arg(value, 1, "replacement"), m.Name("True")
+        ) and self._restarted(loader):
+            # an endless stream of draws with replacement (minGPT: num_samples=int(1e10)),
+            # read by an iterator the loop starts again when it runs out
+            if value in self._streams_noted:
+                return "True"
+            self._streams_noted.add(value)
+            self.note(
+                value,
+                f"{P.dotted_name(value.func)}(replacement=True, num_samples=...) drew an endless stream "
+                "with replacement; DistributedSampler(shuffle=True) gives each rank its own shuffled "
+                "part, one pass at a time, and the loop's restart of its iterator begins the next pass "
+                "(with the next epoch's order)",
+            )
+            return "True"
         return None
+
+    def _restarted(self, loader: cst.Call) -> bool:
+        call = self.ast_call(loader)
+        return call is not None and L.restarted_on_stop_iteration(self.ast_source, call)
 
     def _named_sampler(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         """``train_sampler = RandomSampler(train_dataset)`` handed to one training
@@ -462,6 +490,10 @@ class DistributedSamplerTransform(Transform):
             if keyword == "shuffle" or (positional and index == 2) or plain is not None and named is None and (
                 keyword == "sampler" or positional and index == 3
             ):
+                if sampler_placed:  # (shuffle=False beside the plain sampler it replaces)
+                    if index == len(original.args) - 1 and new_args:
+                        new_args[-1] = new_args[-1].with_changes(comma=arg.comma)
+                    continue
                 new_args.append(_kwarg("sampler", sampler_code, like=arg))
                 sampler_placed = True
                 continue

@@ -66,10 +66,13 @@ class WrapModel(Transform):
                 "torch.cuda.is_available() else None)), or every process trains a copy of its own",
             )
             return
+        if self._optimizer_method_call(node):
+            return
         if not any(N.is_optimizer(n) for n in self.qnames(node.func)):
             return
-        params = node.args[0].value if node.args else None
-        model = _trained_module(params) if params is not None else None
+        model = self._trained_module(node)
+        if model == "self" and self._in_optimizer_method(node):
+            return  # (``def configure_optimizers(self, cfg): return AdamW(...)``: wrapped at the callers)
         if not model:
             self.manual(
                 node,
@@ -96,6 +99,43 @@ class WrapModel(Transform):
             self._wrap_at_callers(owner, index, model, node)
             return
         self._wrap_before_statement(model, node)
+
+    def _trained_module(self, optimizer: cst.Call) -> str:
+        """The module an optimizer trains (``_analysis.optimized_models``, lint's decision):
+        ``model`` of ``model.parameters()``, the common root of parameter groups
+        (``model.fc``, ``model.backbone``: ``model``; ``self.net``), "" when unknown."""
+        call = self.ast_call(optimizer)
+        names = A.optimized_models(self.ast_source, call) if call is not None else []
+        roots = {n if len(names) == 1 else _root(n) for n in names}
+        return roots.pop() if len(roots) == 1 else ""
+
+    def _in_optimizer_method(self, node: cst.CSTNode) -> bool:
+        func = self.enclosing_function(node)
+        return func is not None and func.name.value in A.optimizer_methods(self.ast_source)
+
+    def _optimizer_method_call(self, node: cst.Call) -> bool:
+        """``optimizer = model.configure_optimizers(cfg)``, a method of the program's that
+        returns an optimizer over its own module (``FileRole.program_optimizer_methods``):
+        ``model`` is wrapped before the call -- where the function trains it or keeps it
+        on ``self`` (the training loop then sees the wrapper); reported elsewhere."""
+        func = node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in (
+            set(self.role.program_optimizer_methods) | A.optimizer_methods(self.ast_source)
+        ):
+            return False
+        model = P.dotted_name(func.value)
+        if not model or model == "self" or model.endswith(".module"):
+            return bool(model)  # (its own method; model.module.configure_optimizers: wrapped already)
+        owner = self.enclosing_function(node)
+        if model.startswith("self.") or owner is None or _trains_here(owner):
+            self._wrap_before_statement(model, node)
+        else:
+            self.manual(
+                node,
+                f"{func.attr.value}() builds the optimizer of {model}: wrap {model} in "
+                "DistributedDataParallel by hand where the training loop uses it",
+            )
+        return True
 
     def _wrap_at_callers(self, helper: cst.FunctionDef, index: int, parameter: str, node: cst.Call) -> None:
         name = helper.name.value
@@ -287,27 +327,8 @@ def _argument(call: cst.Call, index: int, name: str) -> Optional[cst.BaseExpress
     return None
 
 
-def _trained_module(params: cst.BaseExpression) -> Optional[str]:
-    """``model`` in ``model.parameters()``, ``filter(f, model.parameters())``,
-    ``[{"params": model.fc.parameters()}, ...]`` (the common root)."""
-    if m.matches(params, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
-        name = P.dotted_name(params.func.value)
-        return name or None
-    if m.matches(params, m.Call(func=m.Name("filter") | m.Name("list"))) and params.args:
-        return _trained_module(params.args[-1].value)
-    if isinstance(params, (cst.List, cst.Tuple)):
-        roots = set()
-        for element in params.elements:
-            value = element.value
-            if isinstance(value, cst.Dict):
-                for item in value.elements:
-                    if isinstance(item, cst.DictElement) and P.string_value(item.key) == "params":
-                        name = _trained_module(item.value)
-                        if name is None:
-                            return None
-                        roots.add(name.split(".")[0] if not name.startswith("self.") else ".".join(name.split(".")[:2]))
-            else:
-                return None
-        return roots.pop() if len(roots) == 1 else None
-    return None
-
+def _root(name: str) -> str:
+    """The model a parameter group belongs to: ``model`` of ``model.fc``, ``self.net``
+    of ``self.net.head``."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "self" and len(parts) > 1 else parts[0]

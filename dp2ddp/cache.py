@@ -409,6 +409,7 @@ class ConvertCache:
             }
             facts.loader_batch_names = set(facts.loader_batch_names)
             facts.writing_functions = set(facts.writing_functions)
+            facts.optimizer_methods = set(facts.optimizer_methods)
             facts.local_data_parallel = [tuple(i) for i in facts.local_data_parallel]
             facts.torch_through_star = [tuple(i) for i in facts.torch_through_star]
             return path, facts, None
@@ -429,6 +430,7 @@ class ConvertCache:
             stored["in_batch_label_batches"] = sorted(stored["in_batch_label_batches"])
             stored["loader_batch_names"] = sorted(stored["loader_batch_names"])
             stored["writing_functions"] = sorted(stored["writing_functions"])
+            stored["optimizer_methods"] = sorted(stored["optimizer_methods"])
         self._remember(self.facts, path, {"key": self._key(path, data), "facts": stored, "error": error})
 
     def save(self) -> None:

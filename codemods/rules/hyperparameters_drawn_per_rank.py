@@ -21,6 +21,8 @@ DRAWS = frozenset(
 #: what seeds that state alike on every process (when its arguments do not name the rank)
 SEEDS = frozenset({"random.seed", "numpy.random.seed"})
 _RANK_WORDS = ("rank", "local_rank", "gpu")
+#: what hands the main process's value to every rank (dp2ddp's helper, by either name it gets)
+_SHARING = frozenset({"broadcast_object_list", "broadcast", "same_on_every_rank", "dp2ddp_same_on_every_rank"})
 
 
 class HyperparametersDrawnPerRank(Rule):
@@ -60,8 +62,13 @@ class HyperparametersDrawnPerRank(Rule):
     ```
 
     ## Fix safety
-    No automatic fix: whether the value should be the same on every rank (a
-    hyper-parameter) or may differ (an augmentation) is the author's call.
+    `dp2ddp convert` has every rank take the main process's draw, where the
+    process group is up by then -- in a function the set-up calls, or below the
+    set-up of a script that trains at module level -- and no condition on the
+    rank is around it (the broadcast is a collective that every rank reaches):
+    `lr = same_on_every_rank(random.random() * 5e-4)`. Other draws, and a
+    vocabulary in a set's order, stay reported. `lint --fix` changes nothing:
+    in code that already runs distributed, the value may be meant per rank.
     """
 
     CODE = "DDP108"
@@ -99,6 +106,26 @@ def drawn_per_rank(src: Source) -> List[Tuple[ast.Call, str]]:
         )
         found.append((call, message))
     found += set_ordered_vocabularies(src)
+    return found
+
+
+def shareable_draws(src: Source) -> List[Tuple[ast.Assign, List[ast.Call]]]:
+    """(assignment, its draws) of the ``drawn_per_rank`` draws whose value convert
+    can take from the main process on every rank: a plain assignment (not under a
+    condition that names the rank -- the broadcast is a collective) in the code that
+    sets the run up.  (Whether the process group is up there is the fix's to check.)"""
+    draws = {id(call) for call, _ in drawn_per_rank(src)}
+    found: List[Tuple[ast.Assign, List[ast.Call]]] = []
+    for stmt, call in setup_draws(src):
+        if id(call) not in draws or not isinstance(stmt, ast.Assign):
+            continue
+        if any(
+            isinstance(a, ast.If) and any(w in src.segment(a.test).lower() for w in _RANK_WORDS)
+            for a in src.ancestors(stmt)
+        ):
+            continue  # (if rank == 0: ... -- the other ranks would wait in the broadcast)
+        if all(seen is not stmt for seen, _ in found):
+            found.append((stmt, [c for c in ast.walk(stmt.value) if isinstance(c, ast.Call) and id(c) in draws]))
     return found
 
 
@@ -144,10 +171,17 @@ def setup_draws(src: Source) -> List[tuple]:
     the module level / the ``__main__`` block; not in a loop, a comprehension or a
     class; not a seed."""
     entry_functions = _entry_functions(src)
+    broadcast = {
+        dotted(a) for c in src.calls if last_name(c.func) in _SHARING for a in c.args[:1]
+    } - {""}
     found = []
     for stmt in src.of_type(ast.Assign):
         if any("seed" in (dotted(t) or "").lower() for t in stmt.targets):
             continue
+        if any(dotted(t) in broadcast for t in stmt.targets) or (
+            isinstance(stmt.value, ast.Call) and last_name(stmt.value.func) in _SHARING
+        ):
+            continue  # shared: drawn = [...]; dist.broadcast_object_list(drawn), same_on_every_rank(draw)
         call = next((c for c in ast.walk(stmt.value) if isinstance(c, ast.Call) and src.qualname(c.func) in DRAWS), None)
         if call is None:
             continue
