@@ -1353,6 +1353,78 @@ def _shared_file_handler(src: Source, handler: ast.AST) -> bool:
     return path is not None and not per_rank_target(src, path) and is_pure(path)
 
 
+#: writers made over an open file: ``wr = csv.writer(f)``
+_FILE_WRITERS = frozenset({"csv.writer", "csv.DictWriter"})
+#: what a file opened for writing, or its writer, is asked in the statements that fill it
+_FILLING = frozenset({"write", "writelines", "writerow", "writerows", "writeheader", "close", "flush"})
+
+
+def opened_file_statements(src: Source) -> Dict[ast.stmt, ast.Assign]:
+    """``f = open(path, "a")`` (a path every rank shares, a mode that writes) and the
+    statements of the same block that fill and close it -- ``wr = csv.writer(f)``,
+    ``wr.writerow([...])``, ``f.write(s)``, ``f.close()``: {statement: the open} --
+    where nothing else uses ``f`` or its writer and what they write is computed
+    already (pure arguments): one rank appends the row (Image_Segmentation's
+    result.csv), every rank would.  Shared by lint (DDP302) and convert (save-on-main)."""
+    if "open(" not in src.text:
+        return {}
+    found: Dict[ast.stmt, ast.Assign] = {}
+    for assign in src.of_type(ast.Assign):
+        value = assign.value
+        if not (
+            len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)
+            and isinstance(value, ast.Call) and src.qualname(value.func) in ("builtins.open", "io.open")
+            and value.args and all(is_pure(a) for a in (*value.args, *(k.value for k in value.keywords)))
+        ):
+            continue
+        mode = value.args[1] if len(value.args) > 1 else keyword(value, "mode")
+        if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wa")
+                and "+" not in mode.value) or per_rank_target(src, value.args[0]):
+            continue
+        block = _block_of(src, assign)
+        if block is None:
+            continue
+        names, statements, closed = {assign.targets[0].id}, [], False
+        for stmt in block[block.index(assign) + 1:]:
+            used = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)} & names
+            if not used:
+                continue
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and (
+                isinstance(stmt.value, ast.Call) and src.qualname(stmt.value.func) in _FILE_WRITERS
+                and [dotted(a) for a in stmt.value.args[:1]] == [assign.targets[0].id]
+            ):
+                names.add(stmt.targets[0].id)
+                statements.append(stmt)
+                continue
+            call = stmt.value if isinstance(stmt, ast.Expr) else None
+            if not (
+                isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and isinstance(call.func.value, ast.Name) and call.func.value.id in names
+                and call.func.attr in _FILLING
+                and all(is_pure(a) for a in (*call.args, *(k.value for k in call.keywords)))
+            ):
+                statements = []
+                break
+            statements.append(stmt)
+            if call.func.attr == "close" and call.func.value.id == assign.targets[0].id:
+                closed = True
+                break
+        if closed:
+            for stmt in [assign, *statements]:
+                found[stmt] = assign
+    return found
+
+
+def _block_of(src: Source, stmt: ast.stmt) -> Optional[List[ast.stmt]]:
+    """The list of statements ``stmt`` is one of."""
+    parent = src.parent(stmt)
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and any(s is stmt for s in block):
+            return block
+    return None
+
+
 def file_handler_statements(src: Source) -> Dict[ast.stmt, ast.Assign]:
     """``fh = logging.FileHandler(path)`` (a path every rank shares) and the
     statements that use ``fh`` -- ``fh.setFormatter(f)``, ``logger.addHandler(fh)``,
@@ -1673,6 +1745,23 @@ def classify_loader(src: Source, call: ast.Call) -> str:
     if is_true(argument(call, 2, "shuffle")) and not evals:
         return "train"
     return "unknown"
+
+
+def training_condition(src: Source, call: ast.Call) -> Optional[ast.AST]:
+    """The condition under which a DataLoader of a factory feeds training, where its
+    ``shuffle`` says so: ``shuffle=(mode == 'train')`` (StarGAN's and Image_Segmentation's
+    ``get_loader(..., mode)``), ``shuffle=is_train``.  Sharded only when it holds: the
+    same factory's evaluation loaders stay whole."""
+    shuffle = argument(call, 2, "shuffle")
+    if isinstance(shuffle, ast.Compare) and len(shuffle.ops) == 1 and isinstance(shuffle.ops[0], ast.Eq):
+        sides = [shuffle.left, shuffle.comparators[0]]
+        if any(isinstance(x, ast.Constant) and isinstance(x.value, str) and is_train_name(x.value) for x in sides) and all(
+            isinstance(x, ast.Constant) or dotted(x) for x in sides
+        ):
+            return shuffle
+    if isinstance(shuffle, (ast.Name, ast.Attribute)) and is_train_name(last_name(shuffle)):
+        return shuffle
+    return None
 
 
 def loader_loops(src: Source, call: ast.Call) -> Optional[List[Tuple[ast.AST, ast.AST]]]:

@@ -15,7 +15,7 @@ DDP forward, a call into user code) is ever put behind the check.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -42,6 +42,14 @@ class MainProcessGuard(Transform):
     def refuse(self, run: Sequence[cst.BaseStatement]) -> Optional[str]:
         """Why guarding ``run`` would break the script (then it is left as it is
         and reported), or None."""
+        return None
+
+    def split_write(
+        self, original: cst.BaseStatement, updated: cst.BaseStatement
+    ) -> Optional[Tuple[List[cst.BaseStatement], cst.BaseStatement, str]]:
+        """A write whose arguments are computed in the call (``save_image(self.denorm(x),
+        path)``), split: (what every rank computes first, the write to guard with the
+        computed values' names, why) -- or None."""
         return None
 
     def after_run(self, run: Sequence[cst.BaseStatement]) -> List[cst.BaseStatement]:
@@ -88,6 +96,16 @@ class MainProcessGuard(Transform):
         index = 0
         changed = False
         while index < len(originals):
+            split = self.split_write(originals[index], updated[index])
+            if split is not None:
+                computed, write, why = split
+                out.extend(computed)
+                out.append(self._wrap([write]))
+                out.extend(self.after_run(originals[index:index + 1]))
+                self.changed(originals[index], why)
+                changed = True
+                index += 1
+                continue
             why = self.starts(originals[index])
             if why is None:
                 out.append(updated[index])

@@ -429,7 +429,11 @@ def restarted_on_stop_iteration(src: Source, loader_call: ast.Call) -> bool:
     for handler in src.of_type(ast.ExceptHandler):
         caught = handler.type
         names = [dotted(e) for e in (caught.elts if isinstance(caught, ast.Tuple) else [caught])] if caught else []
-        if not any(n.rsplit(".", 1)[-1] == "StopIteration" for n in names) or src.function_of(handler) is not function:
+        attempt = src.parent(handler)
+        bare = (caught is None or names in (["Exception"], ["BaseException"])) and any(
+            isinstance(c, ast.Call) and dotted(c.func) == "next" for s in getattr(attempt, "body", []) for c in ast.walk(s)
+        )  # (except: around next(it), StarGAN's)
+        if not (bare or any(n.rsplit(".", 1)[-1] == "StopIteration" for n in names)) or src.function_of(handler) is not function:
             continue
         if any(
             isinstance(c, ast.Call) and dotted(c.func) == "iter" and c.args and dotted(c.args[0]) == name

@@ -177,7 +177,7 @@ class DistributedSamplerTransform(Transform):
                 "sampler=DistributedSampler(dataset, shuffle=...)",
             )
             return updated_node
-        return self._convert(original_node, updated_node, why)
+        return self._convert(original_node, updated_node, why, when=kind == "train-when")
 
     # which loader is this? -----------------------------------------------------
     def loader_names(self, call: cst.Call) -> List[str]:
@@ -228,6 +228,9 @@ class DistributedSamplerTransform(Transform):
         used_as = A.factory_kind(self.ast_source, node) if node is not None and self.role.is_entry else None
         if used_as is not None:
             return used_as, f"{used_as} loader of the file's {self.enclosing_function(call).name.value}()"
+        node = node or self.ast_call(call)
+        if node is not None and A.training_condition(self.ast_source, node) is not None:
+            return "train-when", f"shuffle={self.module.code_for_node(shuffle)}"
         return "unknown", ""
 
     def _assigned_name(self, call: cst.Call) -> str:
@@ -405,7 +408,9 @@ class DistributedSamplerTransform(Transform):
             f"(each rank must see a different part of the data){per_process}"
         )
 
-    def _convert(self, original: cst.Call, updated: cst.Call, why: str) -> cst.BaseExpression:
+    def _convert(self, original: cst.Call, updated: cst.Call, why: str, when: bool = False) -> cst.BaseExpression:
+        """``when``: the loader trains where its ``shuffle`` holds (``A.training_condition``):
+        the sampler and the per-process batch only then."""
         named = self._named_plain.get(original)  # (its sampler variable is a DistributedSampler now)
         plain = named or self._plain_sampler(original)
         for keyword in ("sampler", "batch_sampler"):
@@ -472,6 +477,9 @@ class DistributedSamplerTransform(Transform):
         else:
             shuffle_code = "False"
         sampler_code = f"{sampler_cls}({dataset_code}, shuffle={shuffle_code})"
+        condition = self.module.code_for_node(shuffle_expr) if when and shuffle_expr is not None else ""
+        if condition:
+            sampler_code = f"{sampler_cls}({dataset_code}, shuffle=True) if {condition} else None"
         # ``batch_size=1`` (detection scripts: images of different sizes) cannot be
         # shared: it stays one sample per process, and the global batch grows
         one_each = isinstance(batch_expr, cst.Integer) and batch_expr.evaluated_value == 1
@@ -499,7 +507,10 @@ class DistributedSamplerTransform(Transform):
                 continue
             if (keyword == "batch_size" or (positional and index == 1)) and scale_batch:
                 batch = self.module.code_for_node(orig_arg.value)
-                value = cst.parse_expression(f"{self._batch_helper()}({batch})")
+                value = cst.parse_expression(
+                    f"{self._batch_helper()}({batch}) if {condition} else {batch}" if condition
+                    else f"{self._batch_helper()}({batch})"
+                )
                 new_args.append(arg.with_changes(value=value))
                 self._watch_batch_uses(original, orig_arg.value)
                 self._note_indivisible(orig_arg.value)

@@ -82,7 +82,10 @@ class SaveOnMainProcess(MainProcessGuard):
         self._sampled_through: Dict[cst.With, Optional[Set[str]]] = {}
         #: writes left on every rank because their arguments compute (reported once)
         self._computed_writes: Set[cst.BaseStatement] = set()
+        #: scope -> the names given to computed values there (split_write)
+        self._split_names: Dict[cst.CSTNode, Set[str]] = {}
         self._file_handlers: Optional[Set[Tuple[int, int]]] = None  # (_handler_statements)
+        self._opened_files: Optional[Set[Tuple[int, int]]] = None  # (_opened_file_statements)
 
     # -- folders made and paths removed (``_writes``) ----------------------------
     def _ast_key(self, node: cst.CSTNode) -> Tuple[int, int]:
@@ -203,6 +206,8 @@ class SaveOnMainProcess(MainProcessGuard):
             return "the shared path is removed by the main process only (every rank would remove it)"
         if self._ast_key(stmt) in self._handler_statements():
             return "the log file's handler is made and added on the main process only (every rank would append to the same file)"
+        if self._ast_key(stmt) in self._opened_file_statements():
+            return "the file is opened, written and closed by the main process only (every rank would write the same file)"
         call = single_call(stmt)
         if call is not None and self.is_call(call, N.TORCH_SAVE) and not self._per_rank_path(call):
             owner = self.parent(self.parent(stmt))
@@ -711,13 +716,67 @@ class SaveOnMainProcess(MainProcessGuard):
             return self._file_of(opened.args[0].value) if opened is not None and opened.args else None
         return None
 
+    def split_write(self, original, updated):
+        """``save_image(self.denorm(x_concat.data.cpu()), path)`` on every rank (StarGAN's
+        sample grids): what it writes is computed in the call -- user code, maybe a
+        collective -- so every rank still computes it, into a name of its own, and only
+        the write goes behind the main-process check::
+
+            image = self.denorm(x_concat.data.cpu())
+            if dist.get_rank() == 0:
+                save_image(image, path)
+        """
+        computed = self._computed_arguments(original)
+        if not computed:
+            return None
+        call, new_call = single_call(original), single_call(updated)
+        if new_call is None or len(new_call.args) != len(call.args):
+            return None
+        scope = self.enclosing_function(original) or self.module
+        given = self._split_names.setdefault(scope, set())
+        taken = {n.value for n in P.find(scope, cst.Name)} | given
+        base = "image" if "image" in P.dotted_name(call.func).lower() or "imsave" in P.dotted_name(call.func) else "data"
+        statements, args = [], list(new_call.args)
+        for index in computed:
+            name = next(n for n in (base, *(f"{base}_{i}" for i in range(2, 100))) if n not in taken)
+            taken.add(name)
+            given.add(name)
+            statements.append(cst.SimpleStatementLine(
+                body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=args[index].value)]
+            ))
+            args[index] = args[index].with_changes(value=cst.Name(name))
+        statements[0] = statements[0].with_changes(leading_lines=updated.leading_lines)
+        write = updated.with_changes(
+            body=[updated.body[0].with_changes(value=new_call.with_changes(args=args))], leading_lines=[]
+        )
+        what = P.dotted_name(call.func) or "the write"
+        return statements, write, (
+            f"{what} writes on the main process only (every rank would write the same file); what it "
+            "writes is still computed on every rank, before it"
+        )
+
+    def _computed_arguments(self, stmt: cst.BaseStatement) -> List[int]:
+        """The positions of the computed (not pure) arguments of a write of an artifact
+        that every rank would write, where each may be computed on its own first."""
+        call = single_call(stmt)
+        if (
+            call is None or not self.is_call(call, N.ARTIFACT_WRITES) or self._per_rank_path(call)
+            or P.under_main_process_check(self, call) or self._run_by_main_only(stmt)
+            or any(a.star for a in call.args) or not self.guardable_block(self.parent(stmt))
+        ):
+            return []
+        return [i for i, a in enumerate(call.args) if not P.is_pure(a.value)]
+
     def _report_computed_write(self, stmt: cst.BaseStatement, call: cst.Call) -> None:
         """``save_image(self.denorm(x), path)`` on every rank: its argument calls
         something (user code: maybe a collective, a DDP forward), so the statement
         is not moved under the main process -- and every rank writes the same file:
         reported (StarGAN's sample grids)."""
-        if stmt in self._computed_writes or P.under_main_process_check(self, call) or self._run_by_main_only(stmt):
-            return
+        if (
+            stmt in self._computed_writes or P.under_main_process_check(self, call) or self._run_by_main_only(stmt)
+            or self._computed_arguments(stmt)
+        ):
+            return  # (guarded, or split: split_write)
         self._computed_writes.add(stmt)
         name = P.dotted_name(call.func) or "the write"
         self.manual(
@@ -734,6 +793,13 @@ class SaveOnMainProcess(MainProcessGuard):
         if self._file_handlers is None:
             self._file_handlers = {(st.lineno, st.col_offset) for st in A.file_handler_statements(self.ast_source)}
         return self._file_handlers
+
+    def _opened_file_statements(self) -> Set[Tuple[int, int]]:
+        """(line, column) of ``f = open(p, "a")`` and the statements that fill and close
+        it (``_analysis.opened_file_statements``)."""
+        if self._opened_files is None:
+            self._opened_files = {(st.lineno, st.col_offset) for st in A.opened_file_statements(self.ast_source)}
+        return self._opened_files
 
     def _file_handler_added(self, call: cst.Call) -> bool:
         """``logger.addHandler(logging.FileHandler(path))``, ``logging.basicConfig(filename=path)``:

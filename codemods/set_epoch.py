@@ -134,8 +134,11 @@ class SetEpoch(Transform):
         if isinstance(arg, cst.Arg) and m.matches(self.parent(arg), m.Call(func=m.Name("next"))):
             return  # next(iter(loader)): one batch peeked (its size), not a pass over the data
         known = self._known_loader(loader, node)
-        if known != "ours" and not (known is None and P.is_train_name(name.rsplit(".", 1)[-1])):
-            return
+        scope = self.enclosing_function(node)
+        if known != "ours" and not (known is None and (
+            P.is_train_name(name.rsplit(".", 1)[-1]) or scope is not None and _calls_backward(scope)
+        )):
+            return  # (a loader of another module read in a function that trains: StarGAN's Solver.train)
         if _calls_set_epoch(self.enclosing_function(node) or self.module):
             return
         self._iter_reported.add(name)
@@ -155,6 +158,17 @@ class SetEpoch(Transform):
             "each time a new pass over the data starts, or every pass repeats the same order",
         )
 
+    def _catches_the_end(self, handler: cst.ExceptHandler) -> bool:
+        """``except StopIteration:`` -- or a bare ``except:`` / ``except Exception:`` around
+        a ``next(it)`` (StarGAN's): the iterator ran out."""
+        if handler.type is None or P.dotted_name(handler.type) in ("Exception", "BaseException"):
+            attempt = self.parent(handler)
+            return isinstance(attempt, cst.Try) and any(
+                m.matches(c.func, m.Name("next")) for c in P.find(attempt.body, cst.Call)
+            )
+        types = [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
+        return any(P.dotted_name(n).rsplit(".", 1)[-1] == "StopIteration" for n in types)
+
     def _restarts(self, first: cst.Call, name: str) -> List[cst.BaseStatement]:
         """The statements that start a new pass over ``name`` when its iterator runs
         out -- ``it = iter(loader)`` in an ``except StopIteration:`` handler -- where
@@ -168,10 +182,7 @@ class SetEpoch(Transform):
                     and P.dotted_name(call.args[0].value) == name):
                 continue
             handler = next((a for a in self.ancestors(call) if isinstance(a, (cst.ExceptHandler, cst.FunctionDef))), None)
-            if isinstance(handler, cst.ExceptHandler) and handler.type is not None and any(
-                P.dotted_name(n).rsplit(".", 1)[-1] == "StopIteration"
-                for n in ([*(e.value for e in handler.type.elements)] if isinstance(handler.type, cst.Tuple) else [handler.type])
-            ):
+            if isinstance(handler, cst.ExceptHandler) and self._catches_the_end(handler):
                 stmt = self.statement_of(call)
                 if stmt is not None:
                     restarts.append(stmt)

@@ -14,6 +14,7 @@ from .._analysis import (
     dumped_into_open,
     file_handler_added,
     file_handler_statements,
+    opened_file_statements,
     is_main_process_check,
     is_image_save,
     is_pure,
@@ -161,6 +162,14 @@ class SaveOnEveryRank(Rule):
             if not pure_writes(stmt):
                 found.fix = None  # what it writes is computed there: convert leaves it
             yield found
+        for opened in {a for a in opened_file_statements(src).values()}:
+            func = src.function_of(opened)
+            if on_main_process_only(src, opened) or func is not None and not called_unguarded(src, func):
+                continue
+            yield self.diagnostic(
+                src, opened.value, "every rank opens and writes this file (the same path on each): open, "
+                "write and close it on the main process only (if dist.get_rank() == 0)"
+            )
         for handler in {a for a in file_handler_statements(src).values()}:
             func = src.function_of(handler)
             if on_main_process_only(src, handler) or func is not None and not called_unguarded(src, func):

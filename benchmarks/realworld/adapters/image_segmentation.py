@@ -15,4 +15,4 @@ def adapt(root):
           SYNTH))
     # an untrained net on random masks scores 0: let the first epoch count as the best
     edit(root, "solver.py", ("best_unet_score = 0.\n", "best_unet_score = -1.\n"))
-    edit(root, "main.py", ("epoch = random.choice([100,150,200,250])", "epoch = random.choice([2,3])"))
+    edit(root, "main.py", ("random.choice([100,150,200,250])", "random.choice([2,3])"))
