@@ -682,7 +682,8 @@ _WHOLE_WRAP_KEEPS = N.DDP_FORWARDS | {"state_dict"}
 
 
 def whole_wrap_blocker(
-    src: Source, assign: ast.Assign, whole: str, imported: Dict[str, Tuple[Tuple[str, ...], Tuple[Tuple[str, str], ...]]]
+    src: Source, assign: ast.Assign, whole: str, imported: Dict[str, Tuple[Tuple[str, ...], Tuple[Tuple[str, str], ...]]],
+    importable: bool = True,
 ) -> str:
     """Why ``model.encoder = DataParallel(model.encoder)`` cannot become a DDP wrap of
     ``model`` as a whole (``""`` when it can): the program reads an attribute of
@@ -690,10 +691,18 @@ def whole_wrap_blocker(
     of the file (``model.encoder(x)``, ``model.load_state_dict(ckpt)``: its keys would
     not match), through a function of the file or of another module that ``model``
     is handed to (``imported``: alias -> (its parameters, (parameter, attribute)
-    read)) -- or ``model`` is bound under another name where it is returned to.
-    Shared by convert (data-parallel-to-ddp) and its report."""
+    read), or a class it is handed to (``Probe(model)``: its methods may) -- or, in a
+    module another may import (``importable``: not the entry point), the function
+    returns ``model`` to callers this file cannot see.  Shared by convert
+    (data-parallel-to-ddp) and its report."""
     function = src.function_of(assign)
     names = names_of_the_model(src, assign, whole)
+    if importable and isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+        isinstance(r, ast.Return) and r.value is not None
+        and whole in {dotted(_same_module(e)) for e in (getattr(r.value, "elts", None) or [r.value])}
+        for r in ast.walk(function)
+    ):
+        return f"{function.name}() returns {whole} to callers in other modules, which may use its parts"
     own = {
         f.name: f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
@@ -702,6 +711,10 @@ def whole_wrap_blocker(
             if node.lineno < assign.lineno and src.function_of(node) is function or _part_of(src, node, assign):
                 continue  # (set-up before the wrap, and the wrap itself)
             return f"{dotted(node)} is not an attribute of the DDP wrapper"
+        if isinstance(node, ast.Call) and any(dotted(a) in names for a in (*node.args, *(k.value for k in node.keywords))):
+            last = last_name(node.func)
+            if last[:1].isupper() and not src.qualname(node.func).startswith("torch."):
+                return f"{whole} is handed to {last}(), whose methods may use its parts"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             handed = [i for i, a in enumerate(node.args) if dotted(a) in names]
             if not handed:
@@ -2941,7 +2954,15 @@ def _device_use(call: ast.Call, name: Optional[str]) -> bool:
     return False
 
 
-def inputs_dropped_in_training(src: Source, model: str) -> List[ast.Assign]:
+def forward_tests_a_parameter_for_none(src: Source) -> bool:
+    """A ``forward`` of the file tests one of its parameters for None (``if y is not
+    None: h = h + self.label_emb(y)``): see ``inputs_dropped_in_training``."""
+    return "None" in src.text and any(
+        f.name == "forward" and _tests_a_parameter_for_none(f) for f in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef)
+    )
+
+
+def inputs_dropped_in_training(src: Source, model: str, forward_elsewhere: bool = False) -> List[ast.Assign]:
     """``labels = None`` under a condition in a training step that then calls
     ``model(x, labels)``, in a file whose ``forward`` tests a parameter for None
     (``if y is not None: h = h + self.label_emb(y)``): classifier-free guidance
@@ -2950,11 +2971,8 @@ def inputs_dropped_in_training(src: Source, model: str) -> List[ast.Assign]:
     One decision for convert's wraps (DataParallel's and single-device ones)."""
     if not model or f"{model}(" not in src.text or "None" not in src.text:
         return []
-    if not any(
-        isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "forward" and _tests_a_parameter_for_none(f)
-        for f in src.of_type(ast.FunctionDef, ast.AsyncFunctionDef)
-    ):
-        return []
+    if not (forward_elsewhere or forward_tests_a_parameter_for_none(src)):
+        return []  # (forward_elsewhere: a module of the program has such a forward -- the model's)
     found: List[ast.Assign] = []
     for call in src.calls:
         if dotted(call.func) != model:

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from . import _names as N
-from ._analysis import Source, argument, dotted, in_batch_labels_batch, last_name, optimizer_methods
+from ._analysis import (
+    Source, argument, dotted, forward_tests_a_parameter_for_none, in_batch_labels_batch, last_name, optimizer_methods,
+)
 from ._loaders import scales_the_learning_rate
 from ._model import ModelAttributeFunction
 
@@ -74,6 +76,9 @@ class FileFacts:
     #: file-system, serialisation or logging call, ``torch.save``, or asks the rank --
     #: no collective, no model forward, no other function of the project
     writing_functions: Set[str] = field(default_factory=set)
+    #: a ``forward`` of the file tests one of its parameters for None
+    #: (``_analysis.forward_tests_a_parameter_for_none``: classifier-free guidance)
+    forward_tests_none: bool = False
     #: methods of the file's classes that build and return an optimizer over their own
     #: module's parameters (``GPT.configure_optimizers``: ``_analysis.optimizer_methods``)
     optimizer_methods: Set[str] = field(default_factory=set)
@@ -212,6 +217,7 @@ def collect_facts(src: Source) -> FileFacts:
     facts.writing_functions = _writing_functions(src)
     if facts.builds_optimizer:
         facts.optimizer_methods = optimizer_methods(src)
+    facts.forward_tests_none = forward_tests_a_parameter_for_none(src)
     if "arange" in src.text:
         labels = in_batch_labels_batch(src, needs_a_loss=True)
         if labels is not None and labels[1]:
@@ -238,7 +244,7 @@ _HARMLESS_BUILTINS = frozenset({
 })
 WRITING_METHODS = frozenset({
     "write", "writelines", "dump", "dumps", "close", "flush", "items", "keys", "values", "get", "format",
-    "join", "mkdir", "exists", "update", "append", "copy", "state_dict", "cpu", "tolist", "item",
+    "join", "mkdir", "exists", "append", "copy", "state_dict", "cpu", "tolist", "item",  # (not update: ema.update(model))
 })
 
 

@@ -83,6 +83,9 @@ class FileRole:
     #: own module (``FileFacts.optimizer_methods``): ``model.configure_optimizers(cfg)``
     #: trains ``model``
     program_optimizer_methods: Tuple[str, ...] = ()
+    #: a ``forward`` of the program tests a parameter for None (``FileFacts.forward_tests_none``):
+    #: a training step that passes None there on some steps leaves its layers unused then
+    program_forward_tests_none: bool = False
     #: The file already sets up DDP itself (init_process_group, DDP, spawn).
     already_distributed: bool = False
     #: ... through dp2ddp's own setup helper: converted earlier, and a DataParallel

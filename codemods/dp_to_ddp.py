@@ -106,6 +106,8 @@ class DataParallelToDDP(Transform):
         wrapped = A.wrapped_models(src, N.DATA_PARALLEL)
         if not wrapped:
             return  # (no DataParallel wrap, or one whose model cannot be named)
+        # (model.encoder = DataParallel(model.encoder), converted to a wrap of model as a whole)
+        wrapped |= {whole for whole, _, blocker in self._partial_wraps().values() if not blocker}
         for optimizer, name in A.optimizers_of_unwrapped_models(src, wrapped, N.DATA_PARALLEL):
             stmt = self.statement_at(optimizer.lineno)
             if stmt is not None:
@@ -353,15 +355,21 @@ class DataParallelToDDP(Transform):
         """(whole, part, why the whole cannot be wrapped instead or "") where this wrap is
         ``model.encoder = DataParallel(model.encoder)`` of a model that trains as a whole
         (``_analysis.partly_wrapped_models``, lint's DDP009; ``_analysis.whole_wrap_blocker``)."""
+        return self._partial_wraps().get(self.position(self.statement_of(call))[0])
+
+    def _partial_wraps(self) -> Dict[int, Tuple[str, str, str]]:
+        """line of the wrap -> (whole, part, blocker) (see ``_part_of_a_trained_model``)."""
         if self._partial is None:
             src = self.ast_source
             imported = {
                 alias: (f.params, f.attributes)
                 for alias, f in A.imported_functions_by_alias(src, dict(self.role.imported_model_functions)).items()
             }
-            self._partial = {a.lineno: (whole, part, A.whole_wrap_blocker(src, a, whole, imported))
-                             for a, whole, part in A.partly_wrapped_models(src, N.DATA_PARALLEL)}
-        return self._partial.get(self.position(self.statement_of(call))[0])
+            self._partial = {
+                a.lineno: (whole, part, A.whole_wrap_blocker(src, a, whole, imported, importable=not self.role.is_entry))
+                for a, whole, part in A.partly_wrapped_models(src, N.DATA_PARALLEL)
+            }
+        return self._partial
 
     def _wrap_targets(self, call: cst.Call) -> List[str]:
         """The names the statement of this wrap assigns it to (``net = ...``)."""
@@ -383,7 +391,9 @@ class DataParallelToDDP(Transform):
         """(model, ``labels = None`` assignment) where a training step hands the model
         this wrap is assigned to an input it may set to None (``A.inputs_dropped_in_training``)."""
         for name in self._wrap_targets(call):
-            dropped = A.inputs_dropped_in_training(self.ast_source, name)
+            dropped = A.inputs_dropped_in_training(
+                self.ast_source, name, forward_elsewhere=self.role.program_forward_tests_none
+            )
             if dropped:
                 return (name, dropped[0])
         return ()

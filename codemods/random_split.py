@@ -22,9 +22,9 @@ set up (``lr = random.random() * 5e-4`` in ``main``) differs per process (lint's
 DDP108): every rank takes the main process's draw instead, once the process group
 is up there::
 
-    lr = same_on_every_rank(random.random() * 5e-4)
+    lr = main_process_value(random.random() * 5e-4)
 
-(``same_on_every_rank`` broadcasts the value from rank 0, added once per file).  A
+(``main_process_value`` broadcasts the value from rank 0, added once per file).  A
 draw made before the process group starts, or under a condition on the rank (the
 broadcast is a collective), is reported.
 
@@ -108,7 +108,7 @@ class RandomSplit(Transform):
             "of epochs left ranks waiting for each other)",
             code=HyperparametersDrawnPerRank.CODE,
         )
-        helper = self.helper("same_on_every_rank", SAME_ON_EVERY_RANK.replace("dist.", f"{self.dist()}.").lstrip("\n"))
+        helper = self.helper("main_process_value", SAME_ON_EVERY_RANK.replace("dist.", f"{self.dist()}.").lstrip("\n"))
         return updated_node.with_changes(value=cst.Call(func=cst.Name(helper), args=[cst.Arg(updated_node.value)]))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:

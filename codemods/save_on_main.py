@@ -694,6 +694,11 @@ class SaveOnMainProcess(MainProcessGuard):
 
     def _save_path(self, stmt: cst.BaseStatement) -> Optional[str]:
         call = single_call(stmt)
+        if self._ast_key(stmt) in self._opened_file_statements() and m.matches(
+            stmt, m.SimpleStatementLine(body=[m.Assign(value=m.Call())])
+        ):  # f = open(path, "w") ... f.close()
+            opened = stmt.body[0].value
+            return self._file_of(opened.args[0].value) if opened.args else None
         if call is not None and self.is_call(call, N.TORCH_SAVE) and len(call.args) >= 2:
             return self._file_of(call.args[1].value)
         if isinstance(stmt, cst.With) and (self._with_open_save(stmt) or self._with_open_write(stmt)):

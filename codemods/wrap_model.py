@@ -124,8 +124,20 @@ class WrapModel(Transform):
         ):
             return False
         model = P.dotted_name(func.value)
-        if not model or model == "self" or model.endswith(".module"):
-            return bool(model)  # (its own method; model.module.configure_optimizers: wrapped already)
+        head = model.split(".")[0]
+        if not model or head in self.ast_source.aliases or head[:1].isupper():
+            return False  # (solver.build_optimizer(model) of an imported module, a class's: not a model's own)
+        if model.endswith(".module"):
+            return True  # (model.module.configure_optimizers: wrapped already)
+        if model == "self":
+            self.manual(
+                node,
+                f"this module builds its own optimizer (self.{func.attr.value}()) and trains itself: "
+                "DistributedDataParallel must wrap it from outside, and its training step must call the "
+                "wrapper (a self(x) or self.forward(x) inside it bypasses DDP's gradient sync); "
+                "restructure it by hand",
+            )
+            return True
         owner = self.enclosing_function(node)
         if model.startswith("self.") or owner is None or _trains_here(owner):
             self._wrap_before_statement(model, node)
@@ -212,7 +224,9 @@ class WrapModel(Transform):
                 f"(line {dropped[0].lineno}), so the layers behind them get no gradient there, and DDP "
                 "would stop at the next step (\"Expected to have finished reduction\")",
             )
-        dropped_inputs = [] if dropped else A.inputs_dropped_in_training(self.ast_source, model)
+        dropped_inputs = [] if dropped else A.inputs_dropped_in_training(
+            self.ast_source, model, forward_elsewhere=self.role.program_forward_tests_none
+        )
         if dropped_inputs:
             unused = ", find_unused_parameters=True"
             self.note(node, A.dropped_inputs_note(model, dropped_inputs[0]), code="DDP204")

@@ -244,6 +244,7 @@ def assign_roles(
             set_up_by_dp2ddp="dp2ddp" in {facts[p].setup for p in (path, *owners)}
             and "hand" not in {facts[p].setup for p in (path, *owners)},
             program_optimizer_methods=tuple(sorted(set().union(*(linked[p].optimizer_methods for p in program)))),
+            program_forward_tests_none=any(linked[p].forward_tests_none for p in program),
             imported_model_functions=_imported_model_functions(graph.get(path, ()), linked),
             imported_writing_functions=tuple(name for name, _ in _imported_by_name(
                 graph.get(path, ()), {p: dict.fromkeys(linked[p].writing_functions, True) for p in linked}

@@ -64,5 +64,7 @@ class FindUnusedParameters(Rule):
         parent = src.parent(call)
         targets = parent.targets if isinstance(parent, ast.Assign) else []
         return any(
-            discarded_outputs(src, dotted(t)) or inputs_dropped_in_training(src, dotted(t)) for t in targets
+            # (the forward may be in another module: an input set to None on some steps is enough)
+            discarded_outputs(src, dotted(t)) or inputs_dropped_in_training(src, dotted(t), forward_elsewhere=True)
+            for t in targets
         )

@@ -22,7 +22,7 @@ DRAWS = frozenset(
 SEEDS = frozenset({"random.seed", "numpy.random.seed"})
 _RANK_WORDS = ("rank", "local_rank", "gpu")
 #: what hands the main process's value to every rank (dp2ddp's helper, by either name it gets)
-_SHARING = frozenset({"broadcast_object_list", "broadcast", "same_on_every_rank", "dp2ddp_same_on_every_rank"})
+_SHARING = frozenset({"broadcast_object_list", "broadcast", "main_process_value", "dp2ddp_main_process_value"})
 
 
 class HyperparametersDrawnPerRank(Rule):
@@ -66,7 +66,7 @@ class HyperparametersDrawnPerRank(Rule):
     process group is up by then -- in a function the set-up calls, or below the
     set-up of a script that trains at module level -- and no condition on the
     rank is around it (the broadcast is a collective that every rank reaches):
-    `lr = same_on_every_rank(random.random() * 5e-4)`. Other draws, and a
+    `lr = main_process_value(random.random() * 5e-4)`. Other draws, and a
     vocabulary in a set's order, stay reported. `lint --fix` changes nothing:
     in code that already runs distributed, the value may be meant per rank.
     """
@@ -181,7 +181,7 @@ def setup_draws(src: Source) -> List[tuple]:
         if any(dotted(t) in broadcast for t in stmt.targets) or (
             isinstance(stmt.value, ast.Call) and last_name(stmt.value.func) in _SHARING
         ):
-            continue  # shared: drawn = [...]; dist.broadcast_object_list(drawn), same_on_every_rank(draw)
+            continue  # shared: drawn = [...]; dist.broadcast_object_list(drawn), main_process_value(draw)
         call = next((c for c in ast.walk(stmt.value) if isinstance(c, ast.Call) and src.qualname(c.func) in DRAWS), None)
         if call is None:
             continue
