@@ -93,29 +93,34 @@ def worker_pool(workers: int, initializer: Optional[Callable] = None, initargs: 
     )
     try:
         yield WorkerPool(executor)
+        # (inside the try: a Ctrl-C while the pool is being shut down -- between two
+        # phases of a run -- kills the workers as one during the work does)
+        executor.shutdown(wait=True)
     except BaseException:
+        _forget_at_exit(executor)
         executor.shutdown(wait=False, cancel_futures=True)
         mine = [p for p in multiprocessing.active_children() if p not in before]
         for process in mine:
             process.kill()
         for process in mine:
             process.join(1)
-        _forget_at_exit(executor)
+        thread = getattr(executor, "_executor_manager_thread", None)
+        if thread is not None:
+            thread.join(0.5)
         raise
-    executor.shutdown(wait=True)
 
 
 def _forget_at_exit(executor) -> None:
-    """After the workers were killed, let the pool's manager thread end and drop
-    it from what ``concurrent.futures`` wakes at interpreter exit: the wake-up pipe
-    may be closed by then, and the exit hook printed an ``OSError: Bad file
-    descriptor`` traceback after Ctrl-C (seen on a loaded machine)."""
+    """Drop the pool's manager thread from what ``concurrent.futures`` wakes at
+    interpreter exit, before the workers are killed: the exit hook checks that the
+    wake-up pipe is open and then writes to it, while the manager thread, seeing
+    its workers gone, closes that pipe -- an ``OSError: Bad file descriptor``
+    traceback after Ctrl-C (seen on a loaded machine, also when the Ctrl-C came
+    while a pool was being shut down between two phases).  The thread ends on its
+    own once its workers are gone."""
     from concurrent.futures import process as futures_process
 
     thread = getattr(executor, "_executor_manager_thread", None)
-    if thread is None:
-        return
-    thread.join(0.5)
     wakeups = getattr(futures_process, "_threads_wakeups", None)
-    if wakeups is not None:
+    if thread is not None and wakeups is not None:
         wakeups.pop(thread, None)
