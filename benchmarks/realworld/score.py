@@ -148,6 +148,25 @@ def judge(orig, conv, world):
     return bad
 
 
+#: a file convert names in its report: a spot left, an error, a file not converted
+_REPORTED = re.compile(r"^\s*(?:error: |internal error: )?([^\s:]+\.py):\d+(?::\d+)?", re.M)
+
+
+def lint_disagreements(conv, target, convert_stderr, env):
+    """The error-severity findings of `dp2ddp lint` on the converted tree in files that
+    convert's report does not name (a spot left, an error, a file it could not convert):
+    where lint and convert's summary disagree ("path:line CODE")."""
+    reported = set(_REPORTED.findall(convert_stderr))
+    lint = subprocess.run([sys.executable, "-m", "dp2ddp", "lint", "--format", "json", target],
+                          cwd=conv, capture_output=True, text=True, timeout=600, env=env)
+    try:
+        findings = json.loads(lint.stdout or "[]")
+    except json.JSONDecodeError:
+        return [f"lint gave no JSON (rc={lint.returncode})"]
+    return [f"{f['path']}:{f['line']} {f['code']}" for f in findings
+            if f.get("severity") == "error" and f["path"] not in reported]
+
+
 def one(entry, src, work, timeout, world, tool=None):
     name = entry["name"]
     d = work / name
@@ -169,6 +188,7 @@ def one(entry, src, work, timeout, world, tool=None):
     info = {"name": name, "convert_rc": cv.returncode, "spots": spots,
             "incomplete": "could not be converted" in cv.stderr or cv.returncode == 1
             or "so it was not converted" in cv.stderr}
+    info["lint_disagrees"] = lint_disagreements(d / "conv", target, cv.stderr, cenv)
     adapter = importlib.import_module("adapters." + entry.get("adapter", name.replace("-", "_")))
     for t in ("orig", "conv"):
         adapter.adapt(d / t)
@@ -238,7 +258,9 @@ def main():
         spot = f" ({info['spots']} spots reported)" if info["spots"] else ""
         print(f"{info['name']:<28} {info['verdict']:<20} convert rc={info['convert_rc']}{spot}; "
               f"orig rc={','.join(map(str, info['orig_rc']))} conv rc={','.join(map(str, info['conv_rc']))}"
-              + ("; " + "; ".join(info["why"]) if info["why"] else ""), flush=True)
+              + ("; " + "; ".join(info["why"]) if info["why"] else "")
+              + (f"; lint errors convert did not report: {', '.join(info['lint_disagrees'])}"
+                 if info.get("lint_disagrees") else ""), flush=True)
     (a.work / "results.json").write_text(json.dumps(results, indent=1))
     m = len(results)
     c = sum(r["verdict"] == "correct" for r in results)
@@ -247,6 +269,9 @@ def main():
     h = m - c - k - s
     print(f"{c}/{m} converted correctly, {k} reported incomplete, {s} silently wrong"
           + (f" ({h} harness errors)" if h else ""))
+    disagree = [r["name"] for r in results if r.get("lint_disagrees")]
+    print(f"lint on the converted code agrees with convert's report on {m - len(disagree)}/{m}"
+          + (f" (not on {', '.join(disagree)})" if disagree else ""))
 
 
 if __name__ == "__main__":
