@@ -271,20 +271,34 @@ def _interactive(run, result) -> int:
 
     answers = {"y": "y", "yes": "y", "n": "n", "no": "n", "a": "a", "all": "a", "q": "q", "quit": "q"}
 
-    def ask(hunk, question):
+    def ask(hunk, question, default):
         answer = click.prompt(
             f"{question} [y]es [n]o [a]ll remaining [q]uit",
             type=click.Choice(list(answers), case_sensitive=False),
             show_choices=False,
+            default=default,
             err=True,
         )
         return answers[answer.lower()]
 
-    outputs, problems = review(result, ask, lambda text: click.echo(text, err=True))
-    if problems:
-        click.echo("dp2ddp: not written -- this selection is inconsistent:", err=True)
+    def go_back(problems):
+        click.echo("dp2ddp: this selection is inconsistent:", err=True)
         for problem in problems:
             click.echo(f"  {problem}", err=True)
+        try:
+            again = click.prompt(
+                "Go back over the changes (your answers are kept as defaults)? [b]ack [x] write nothing",
+                type=click.Choice(["b", "back", "x", "exit"], case_sensitive=False),
+                show_choices=False,
+                err=True,
+            )
+        except click.Abort:  # (end of input, Ctrl-D: nothing is written)
+            return False
+        return again.lower() in ("b", "back")
+
+    outputs, problems = review(result, ask, lambda text: click.echo(text, err=True), go_back)
+    if problems:
+        click.echo("dp2ddp: not written -- the selection is inconsistent (above).", err=True)
         click.echo("Accept the changes it relies on too, or reject the ones that rely on them.", err=True)
         return EXIT_FINDINGS
     written = run.write_outputs(outputs)

@@ -54,6 +54,13 @@ class Hunk:
     codes: Set[str] = field(default_factory=set)
     reasons: List[str] = field(default_factory=list)
     accepted: bool = False
+    #: unchanged lines shown around the change (as ``git add -p`` does)
+    context_before: List[str] = field(default_factory=list)
+    context_after: List[str] = field(default_factory=list)
+
+
+#: unchanged lines shown before and after each change
+CONTEXT_LINES = 3
 
 
 def hunks_of(file: FileResult) -> List[Hunk]:
@@ -64,7 +71,11 @@ def hunks_of(file: FileResult) -> List[Hunk]:
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
-        hunk = Hunk(file.path, len(hunks), i1, i2, before[i1:i2], after[j1:j2])
+        hunk = Hunk(
+            file.path, len(hunks), i1, i2, before[i1:i2], after[j1:j2],
+            context_before=before[max(0, i1 - CONTEXT_LINES) : i1],
+            context_after=before[i2 : i2 + CONTEXT_LINES],
+        )
         for finding in file.findings:
             if finding.kind == "note":
                 continue
@@ -217,28 +228,26 @@ def _undefined(tree: ast.AST) -> Set[str]:
 
 def review(
     result: ConvertResult,
-    ask: Callable[[Hunk, str], str],
+    ask: Callable[[Hunk, str, Optional[str]], str],
     show: Callable[[str], None],
+    go_back: Optional[Callable[[List[str]], bool]] = None,
 ) -> Tuple[Dict[str, bytes], List[str]]:
-    """Ask about every hunk; return ({path: accepted bytes}, problems)."""
+    """Ask about every hunk; return ({path: accepted bytes}, problems).
+
+    ``ask(hunk, question, default)`` answers y, n, a (accept the rest) or q (keep
+    the rest as they are: rejected on the first pass); ``default`` is the answer
+    already given (None on the first pass).  ``q`` ends the questions, not the
+    checks: the selection is tested as at the end.  Where it is inconsistent and
+    ``go_back(problems)`` says so, every change is asked again with its answer as
+    the default -- nothing answered is lost; otherwise nothing is written."""
     files: Dict[str, Tuple[FileResult, List[Hunk]]] = {}
-    decision: Optional[str] = None
     for file in sorted(result.changed, key=lambda f: f.path):
-        hunks = hunks_of(file)
-        files[file.path] = (file, hunks)
-        for hunk in hunks:
-            if decision == "a":
-                hunk.accepted = True
-                continue
-            if decision == "q":
-                continue
-            show(render(hunk))
-            answer = ask(hunk, f"accept this change ({hunk.index + 1}/{len(hunks)} in {file.path})?")
-            if answer in ("y", "a"):
-                hunk.accepted = True
-            if answer in ("a", "q"):
-                decision = answer
+        files[file.path] = (file, hunks_of(file))
+    _ask_each(files, ask, show, first=True)
     problems = check_selection(files)
+    while problems and go_back is not None and go_back(problems):
+        _ask_each(files, ask, show, first=False)
+        problems = check_selection(files)
     outputs = {}
     if not problems:
         for path, (file, hunks) in files.items():
@@ -247,10 +256,33 @@ def review(
     return outputs, problems
 
 
+def _ask_each(files: Dict[str, Tuple[FileResult, List[Hunk]]], ask, show, first: bool) -> None:
+    decision: Optional[str] = None
+    for path, (_, hunks) in files.items():
+        for hunk in hunks:
+            if decision == "a":
+                hunk.accepted = True
+                continue
+            if decision == "q":
+                continue
+            show(render(hunk))
+            default = None if first else ("y" if hunk.accepted else "n")
+            now = "" if first else f" (now {'accepted' if hunk.accepted else 'rejected'})"
+            answer = ask(hunk, f"accept this change ({hunk.index + 1}/{len(hunks)} in {path}){now}?", default)
+            if answer in ("y", "a"):
+                hunk.accepted = True
+            elif answer == "n":
+                hunk.accepted = False
+            if answer in ("a", "q"):
+                decision = answer
+
+
 def render(hunk: Hunk) -> str:
     head = f"@@ {hunk.path}:{hunk.start + 1} @@"
     lines = [head]
     lines += [f"  why: {r}" for r in hunk.reasons[:6]]
+    lines += [" " + line.rstrip("\r\n") for line in hunk.context_before]
     lines += ["-" + line.rstrip("\r\n") for line in hunk.old]
     lines += ["+" + line.rstrip("\r\n") for line in hunk.new]
+    lines += [" " + line.rstrip("\r\n") for line in hunk.context_after]
     return "\n".join(lines)

@@ -185,6 +185,59 @@ def test_interactive_refuses_a_dangling_name(tmp_path):
     assert result.exit_code == 1 and "`dist` is used but only a rejected change defines it" in result.output
 
 
+def _inconsistent_answers(path):
+    """Answers that reject the sampler and keep its set_epoch: one per hunk."""
+    from dp2ddp.engine import convert_sources
+    from dp2ddp.review import hunks_of
+
+    (file,) = convert_sources({str(path): path.read_bytes()}).files
+    hunks = hunks_of(file)
+    return hunks, ["n" if "DDP101" in h.codes else "y" for h in hunks]
+
+
+def test_interactive_goes_back_keeping_the_answers(tmp_path):
+    """An inconsistent selection is not the end: "b" asks every change again with
+    the answer given as its default (Enter keeps it); accepting the rejected
+    sampler then writes what --write writes."""
+    path = _copy_dp(tmp_path)
+    expected = tmp_path / "expected" / "train.py"
+    expected.parent.mkdir()
+    shutil.copy(DP, expected)
+    invoke("convert", "--write", expected)
+    hunks, answers = _inconsistent_answers(path)
+    again = ["y" if a == "n" else "" for a in answers]  # change only the rejected ones
+    result = invoke("convert", "--interactive", path, input="\n".join(answers + ["b"] + again) + "\n")
+    assert result.exit_code == 0, result.output
+    assert "DDP102 is kept but DDP101" in result.output and "(now rejected)?" in result.output
+    assert "(now accepted)?" in result.output
+    assert path.read_text() == expected.read_text()
+
+
+def test_interactive_inconsistent_then_write_nothing(tmp_path):
+    path = _copy_dp(tmp_path)
+    _, answers = _inconsistent_answers(path)
+    result = invoke("convert", "--interactive", path, input="\n".join(answers + ["x"]) + "\n")
+    assert result.exit_code == 1 and "not written" in result.output
+    assert path.read_text() == DP.read_text()
+
+
+def test_interactive_shows_unchanged_lines_around_each_change(tmp_path):
+    from dp2ddp.review import CONTEXT_LINES
+
+    path = _copy_dp(tmp_path)
+    hunks, _ = _inconsistent_answers(path)
+    source = DP.read_text().splitlines()
+    result = invoke("convert", "--interactive", path, input="q\n")
+    first = hunks[0]
+    shown = result.output.split("accept this change")[0].splitlines()
+    before = [" " + line for line in source[max(0, first.start - CONTEXT_LINES) : first.start]]
+    after = [" " + line for line in source[first.end : first.end + CONTEXT_LINES]]
+    assert before + after, "the first change has no unchanged line around it"
+    removed_or_added = [i for i, line in enumerate(shown) if line[:1] in "+-" and not line.startswith("---")]
+    assert shown[removed_or_added[0] - len(before) : removed_or_added[0]] == before
+    assert shown[removed_or_added[-1] + 1 : removed_or_added[-1] + 1 + len(after)] == after
+
+
 # ------------------------------------------------------------------ lint cache and -j
 @pytest.fixture
 def many(tmp_path):
