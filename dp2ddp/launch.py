@@ -68,13 +68,26 @@ def multi_node(path: str, nproc: str = "gpu", nnodes: str = "2", args: Sequence[
     )
 
 
+#: entry points whose launch commands are printed one by one; past it, the first few
+#: and a count (300 entry points printed 606 lines)
+LISTED_ENTRIES = 5
+
+
 def instructions(entries: Sequence[str], nproc: str = "gpu") -> List[str]:
-    """Lines telling how to run each converted entry point."""
+    """Lines telling how to run each converted entry point (the first
+    ``LISTED_ENTRIES - 2`` and a count where there are more than ``LISTED_ENTRIES``)."""
     if not entries:
         return []
+    shown = list(entries) if len(entries) <= LISTED_ENTRIES else list(entries[: LISTED_ENTRIES - 2])
+    more = len(entries) - len(shown)
+    rest = (
+        [f"  ... and {more} more entry point{'s' if more != 1 else ''}, likewise "
+         "(--emit-launch DIR writes the launch scripts of every one)"]
+        if more else []
+    )
     lines = ["Launch on one machine (one process per GPU; on CPU give a number, e.g. 2):"]
-    lines += [f"  {single_node(e, nproc)}" for e in entries]
+    lines += [f"  {single_node(e, nproc)}" for e in shown] + rest
     lines.append("On several machines (the same command on every node; HOST = node 0's address):")
-    lines += [f"  {multi_node(e, nproc)}" for e in entries]
+    lines += [f"  {multi_node(e, nproc)}" for e in shown] + rest
     lines.append("Without torchrun, `python SCRIPT` still runs it as a single process.")
     return lines

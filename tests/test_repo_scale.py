@@ -931,3 +931,25 @@ def test_an_edit_whose_mtime_is_set_back_is_not_trusted_by_its_stat(tmp_path):
     sources, warm = _lint(root)
     assert sources.is_read(str(target))
     assert [d for d in warm.diagnostics if d.path == str(target) and d.code == "DDP302"] == []
+
+
+def test_many_entry_points_get_a_few_launch_lines_and_a_count(tmp_path):
+    from dp2ddp.launch import LISTED_ENTRIES
+
+    count = LISTED_ENTRIES + 3
+    for index in range(count):
+        target = tmp_path / f"exp{index}" / "train.py"
+        target.parent.mkdir()
+        shutil.copy(DP, target)
+    result = invoke("convert", tmp_path)
+    assert result.exit_code == 0, result.output
+    launches = [line for line in result.output.splitlines() if line.startswith("  torchrun ")]
+    assert len(launches) == 2 * (LISTED_ENTRIES - 2), launches
+    more = count - (LISTED_ENTRIES - 2)
+    assert result.output.count(f"... and {more} more entry points, likewise") == 2
+    # up to LISTED_ENTRIES, every one is listed
+    for index in range(LISTED_ENTRIES, count):
+        shutil.rmtree(tmp_path / f"exp{index}")
+    listed = invoke("convert", tmp_path)
+    assert len([line for line in listed.output.splitlines() if line.startswith("  torchrun ")]) == 2 * LISTED_ENTRIES
+    assert "more entry point" not in listed.output
