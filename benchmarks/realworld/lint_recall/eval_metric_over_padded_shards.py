@@ -1,7 +1,7 @@
-# expect: DDP101:34
+# expect: DDP109:34
 # Distributed evaluation: DistributedSampler pads the val set to a multiple of the world size,
 # so the averaged accuracy counts the repeated samples (the --dist_eval shape).
-# No dp2ddp code is meant for this; the closest is DDP101 (the sampler of a loader).
+# DDP109 (padded-evaluation-shards) is meant for it.
 import os
 
 import torch
