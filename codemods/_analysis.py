@@ -347,7 +347,8 @@ def _uses_distributed(src: Source) -> bool:
     Importing it is not enough (library modules import it for utilities), nor is
     a call into one of its tool packages that a single process uses
     (``torch.distributed.checkpoint.load`` in a checkpoint-conversion script,
-    ``elastic``, ``rpc``).  Each of those names has "distributed" /
+    ``elastic``, ``rpc``), nor asking what the build supports
+    (``is_available()``, ``is_nccl_available()``: an environment report).  Each of those names has "distributed" /
     "Distributed" in its import: a file without the word cannot call them."""
     if "istributed" not in src.text:
         return False
@@ -358,9 +359,15 @@ def _uses_distributed(src: Source) -> bool:
             return True
         if name.startswith("torch.distributed."):
             rest = name[len("torch.distributed."):]
+            if rest in _BUILD_PROBES or (rest.startswith("is_") and rest.endswith("_available")):
+                continue  # (what this build of torch supports: an environment report asks it)
             if "." not in rest or rest.split(".")[0] in _PROCESS_GROUP_PACKAGES:
                 return True
     return False
+
+
+#: functions of torch.distributed that ask what the build supports, not the group
+_BUILD_PROBES = frozenset({"is_available", "is_backend_available"})
 
 
 #: packages of torch.distributed whose calls run in a process group
@@ -1178,7 +1185,9 @@ def _type_use(src: Source, node: ast.AST) -> bool:
     for parent in src.ancestors(node):
         if isinstance(parent, ast.Compare):
             return True
-        if isinstance(parent, (ast.Tuple, ast.List, ast.Set)):
+        if isinstance(parent, (ast.Tuple, ast.List, ast.Set)) or (
+            isinstance(parent, ast.Dict) and any(v is child for v in parent.values)
+        ):  # (a dict: a registry of wrappers by name, MODEL_WRAPPERS = {"DataParallel": ...})
             in_collection, child = True, parent
             continue
         if isinstance(parent, ast.Call):
@@ -1212,8 +1221,22 @@ def _types_only(src: Source, names: set) -> bool:
             if not (isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load)):
                 continue
             parent = src.parent(use)
+            # (through the registry's values: isinstance(m, tuple(MODEL_WRAPPERS.values())))
+            held = use
+            while isinstance(parent, ast.Attribute) and parent.attr in ("values", "get"):
+                call = src.parent(parent)
+                if not (isinstance(call, ast.Call) and call.func is parent):
+                    break
+                held, parent = call, src.parent(call)
+            while (
+                isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)
+                and parent.func.id in ("tuple", "list", "set", "frozenset") and held in parent.args
+            ):
+                held, parent = parent, src.parent(parent)
             if _type_test(parent) or isinstance(parent, ast.Compare):
                 tested = True
+            elif held is not use and isinstance(parent, ast.Call) and parent.func is held:
+                called = True  # (MODEL_WRAPPERS.get(name)(model))
             elif isinstance(parent, ast.Call) and parent.func is use:
                 called = True
             elif isinstance(parent, ast.Subscript) and isinstance(src.parent(parent), ast.Call) and src.parent(parent).func is parent:
