@@ -10,7 +10,9 @@ it let them finish every queued file before the run stopped.  Here:
   worker notices that its parent is gone and ends it;
 * workers ignore SIGINT (Ctrl-C reaches the whole foreground process group):
   the main process gets the ``KeyboardInterrupt`` and kills them at once;
-* leaving ``worker_pool()`` by an exception kills the workers at once.
+* leaving ``worker_pool()`` by an exception kills the workers at once, and lets
+  the pool's manager thread end although a worker died in the middle of
+  writing a result (the interpreter waits for that thread at exit).
 """
 
 from __future__ import annotations
@@ -98,12 +100,15 @@ def worker_pool(workers: int, initializer: Optional[Callable] = None, initargs: 
         executor.shutdown(wait=True)
     except BaseException:
         _forget_at_exit(executor)
+        _quiet_while_it_dies(getattr(executor, "_executor_manager_thread", None))
+        result_queue = getattr(executor, "_result_queue", None)  # (shutdown forgets it)
         executor.shutdown(wait=False, cancel_futures=True)
         mine = [p for p in multiprocessing.active_children() if p not in before]
         for process in mine:
             process.kill()
         for process in mine:
             process.join(1)
+        _release_the_manager(result_queue)
         thread = getattr(executor, "_executor_manager_thread", None)
         if thread is not None:
             thread.join(0.5)
@@ -124,3 +129,36 @@ def _forget_at_exit(executor) -> None:
     wakeups = getattr(futures_process, "_threads_wakeups", None)
     if thread is not None and wakeups is not None:
         wakeups.pop(thread, None)
+
+
+def _release_the_manager(result_queue) -> None:
+    """Once the workers are dead, close this process's own copy of the write end of
+    the pool's result pipe.  A worker killed while it wrote a result larger than
+    the pipe's buffer (a converted file, a chunk of them) leaves half a message in
+    the pipe; the pool's manager thread, reading it, waited for the rest forever,
+    and the interpreter waits for that thread at exit: Ctrl-C hung the run (seen
+    in CI).  With no write end left open the read ends (EOF), the pool counts
+    itself broken and its thread ends."""
+    writer = getattr(result_queue, "_writer", None)
+    if writer is not None:
+        try:
+            writer.close()
+        except OSError:
+            pass
+
+
+def _quiet_while_it_dies(thread) -> None:
+    """The pool's manager thread, finding its workers killed, marks every pending
+    future broken -- also those the interrupted ``map`` has cancelled meanwhile,
+    which raises ``InvalidStateError`` in that thread and printed its traceback
+    after Ctrl-C.  Nobody waits for those futures: what that one thread raises
+    from now on is not shown (every other thread's errors are, as before)."""
+    if thread is None:
+        return
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        if args.thread is not thread:
+            previous(args)
+
+    threading.excepthook = hook

@@ -14,7 +14,7 @@ from typing import List
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 
 SCRIPT = FIXTURES / "e2e" / "dp_classifier" / "before" / "train.py"
 
@@ -286,3 +286,44 @@ def test_lint_progress_on_a_terminal(tmp_path):
     assert "dp2ddp: linting" in shown and "/200" in shown, shown[-2000:]
     code, shown = _through_a_pty(["lint", "--no-config", "-j", "1", str(root)], tmp_path, {"CI": "true"})
     assert code == 1 and "dp2ddp: linting" not in shown
+
+
+POOL_INTERRUPTED = """
+import os, signal, sys, threading
+from dp2ddp.workers import worker_pool
+
+def big(i):
+    return b"x" * 8_000_000  # far more than a pipe holds: each result is written in parts
+
+threading.Timer({delay}, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    with worker_pool(2) as pool:
+        for _ in pool.imap(big, range(400)):
+            pass
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork and /proc")
+@pytest.mark.parametrize("delay", [0.3, 0.7])
+def test_ctrl_c_while_a_worker_writes_a_large_result(tmp_path, delay):
+    """A worker killed in the middle of writing its result left half a message in
+    the result pipe; the pool's manager thread waited for the rest forever, and the
+    interpreter for that thread at exit: Ctrl-C hung the run (CI).  Now the run
+    ends at once, and quietly."""
+    script = tmp_path / "pool.py"
+    script.write_text(POOL_INTERRUPTED.format(delay=delay))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    with open(tmp_path / "stderr", "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(script)], env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail("the interrupted pool never let the process exit")
+    err = (tmp_path / "stderr").read_text()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Exception in thread" not in err, err
