@@ -70,6 +70,7 @@ class Source:
         self._aliases: Optional[Dict[str, str]] = None
         self._calls: Optional[List[ast.Call]] = None
         self._qualnames: Dict[int, str] = {}
+        self._of_type: Dict[tuple, tuple] = {}
         self.cache: Dict[str, object] = {}
 
     # -- structure ---------------------------------------------------------
@@ -154,7 +155,14 @@ class Source:
         return self._calls  # type: ignore[return-value]
 
     def of_type(self, *types: type) -> List[ast.AST]:
-        return [n for n in self.nodes if isinstance(n, types)]
+        """The nodes of these types, in the order of ``nodes`` (a fresh list; the
+        filter runs once per file and set of types: rules and recognisers ask for
+        the same types once per name or call, and a filter of every node each
+        time grew with the square of the file)."""
+        found = self._of_type.get(types)
+        if found is None:
+            found = self._of_type[types] = tuple(n for n in self.nodes if isinstance(n, types))
+        return list(found)
 
     def segment(self, node: ast.AST) -> str:
         """The source text of ``node`` (ast columns are UTF-8 byte offsets)."""
@@ -463,14 +471,16 @@ def optimizer_methods(src: Source) -> Set[str]:
 
 def values_bound_to(src: Source, name: str) -> List[ast.AST]:
     """Every value the dotted ``name`` (``model``, ``self.model``) is bound to."""
-    values = []
-    for node in src.of_type(ast.Assign, ast.AnnAssign):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        for target in targets:
-            for item in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
-                if dotted(item) == name:
-                    values.append(node.value if item is target else None)
-    return values
+    index = src.cache.get("values_bound")
+    if index is None:  # (once per file: asked for each name, a scan grew with its square)
+        index = {}
+        for node in src.of_type(ast.Assign, ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for item in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+                    index.setdefault(dotted(item), []).append(node.value if item is target else None)
+        src.cache["values_bound"] = index
+    return list(index.get(name, ()))  # type: ignore[union-attr]
 
 #: DDP (or the DataParallel convert would turn into it) wraps a part of a trained model
 #: (DDP009, lint and convert)
@@ -1108,7 +1118,20 @@ def calls_of(src: Source, func: ast.AST) -> List[ast.Call]:
     """The calls of the function ``func`` in this file, by its name (``f(...)``,
     ``self.f(...)``)."""
     name: Optional[str] = getattr(func, "name", None)
-    return [c for c in src.calls if name and last_name(c.func) == name]
+    return list(_calls_by_last_name(src).get(name, ())) if name else []
+
+
+def _calls_by_last_name(src: Source) -> Dict[str, List[ast.Call]]:
+    """The file's calls by the last name of what they call, in the file's order
+    (built once: asked for each function, a scan of every call grew with the
+    square of the file)."""
+    index = src.cache.get("calls_by_last_name")
+    if index is None:
+        index = {}
+        for call in src.calls:
+            index.setdefault(last_name(call.func), []).append(call)
+        src.cache["calls_by_last_name"] = index
+    return index  # type: ignore[return-value]
 
 
 def called_unguarded(src: Source, func: ast.AST, seen: Optional[set] = None) -> bool:
@@ -1264,15 +1287,30 @@ def bound_values(src: Source, name: str, scope=_ANYWHERE, with_items: bool = Fal
     by ``with V as name`` -- in the function ``scope`` (None: module level), or
     anywhere in the file."""
     values = []
-    for node in src.of_type(ast.Assign, ast.withitem) if with_items else src.of_type(ast.Assign):
-        if scope is not _ANYWHERE and src.function_of(node) is not scope:
-            continue
+    if scope is _ANYWHERE:
+        nodes = src.of_type(ast.Assign, ast.withitem) if with_items else src.of_type(ast.Assign)
+    else:
+        nodes = bindings_in(src, scope, (ast.Assign, ast.withitem) if with_items else (ast.Assign,))
+    for node in nodes:
         if isinstance(node, ast.Assign):
             if any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
                 values.append(node.value)
         elif isinstance(node.optional_vars, ast.Name) and node.optional_vars.id == name:
             values.append(node.context_expr)
     return values
+
+
+def bindings_in(src: Source, scope, types: tuple) -> List[ast.AST]:
+    """The nodes of ``types`` whose function is ``scope`` (None: module level), in
+    the file's order -- grouped once per file and types (asked once per name)."""
+    key = ("bindings_in", types)
+    by_scope = src.cache.get(key)
+    if by_scope is None:
+        by_scope = {}
+        for node in src.of_type(*types):
+            by_scope.setdefault(id(src.function_of(node)), []).append(node)
+        src.cache[key] = by_scope  # type: ignore[index]
+    return list(by_scope.get(id(scope), ()))  # type: ignore[union-attr]
 
 
 def open_for_writing(src: Source, stmt: ast.With) -> List[ast.Call]:

@@ -20,7 +20,7 @@ import ast
 from typing import List, Optional, Sequence, Tuple, Union
 
 from . import _names as N
-from ._analysis import Source, assigned_name, calls_method, dotted, is_epoch_loop, last_name
+from ._analysis import Source, assigned_name, bindings_in, calls_method, dotted, is_epoch_loop, last_name
 
 #: calls that iterate what they are given, one item at a time
 WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "track", "progress_bar"})
@@ -32,10 +32,15 @@ UNRESOLVED = "?"
 
 def node_at(src: Source, types, line: int, col_offset: int) -> Optional[ast.AST]:
     """The node of ``types`` that starts at ``line``/``col_offset`` (ast's bytes)."""
-    for node in src.of_type(*types) if isinstance(types, tuple) else src.of_type(types):
-        if node.lineno == line and node.col_offset == col_offset:
-            return node
-    return None
+    types = types if isinstance(types, tuple) else (types,)
+    key = ("node_at", types)
+    at = src.cache.get(key)
+    if at is None:  # (positions indexed once per file: asked for each loader)
+        at = {}
+        for node in src.of_type(*types):
+            at.setdefault((node.lineno, node.col_offset), node)
+        src.cache[key] = at  # type: ignore[index]
+    return at.get((line, col_offset))  # type: ignore[union-attr]
 
 
 def _wrapped(call: ast.Call) -> List[ast.AST]:
@@ -51,9 +56,7 @@ def bound_values(src: Source, name: str, scope) -> List[ast.AST]:
     level): ``name = V``, and an element of ``a, name = X, V``.  A binding that
     cannot be followed (``a, name = pair``, a loop target) gives the Name."""
     values: List[ast.AST] = []
-    for node in src.of_type(ast.Assign, ast.AnnAssign, ast.For, ast.withitem):
-        if src.function_of(node) is not scope:
-            continue
+    for node in bindings_in(src, scope, (ast.Assign, ast.AnnAssign, ast.For, ast.withitem)):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 values.extend(_element_for(target, node.value, name))

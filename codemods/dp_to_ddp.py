@@ -409,7 +409,7 @@ class DataParallelToDDP(Transform):
             for assign in P.find(stmt, cst.Assign)
             for t in assign.targets
         } - {""}
-        for call in self.module_calls:
+        for call in self._type_tests():
             if m.matches(call.func, m.Name("hasattr")) and len(call.args) == 2:
                 if P.dotted_name(call.args[0].value) in names and P.string_value(call.args[1].value) == "module":
                     return True
@@ -432,6 +432,18 @@ class DataParallelToDDP(Transform):
                 ):
                     return True
         return False
+
+    def _type_tests(self) -> List[cst.Call]:
+        """The module's ``hasattr(x, ...)`` / ``isinstance(x, ...)`` calls, found once
+        (asked for each wrap, a walk over every call grew with the square of the file)."""
+        cached = getattr(self, "_type_test_calls", None)
+        if cached is None or cached[0] is not self.module:
+            cached = self._type_test_calls = (self.module, [
+                call for call in self.module_calls
+                if isinstance(call.func, cst.Name) and call.func.value in ("hasattr", "isinstance")
+                and len(call.args) == 2
+            ])
+        return cached[1]
 
     # a frozen model (a teacher) ------------------------------------------------
     def _frozen(self, module: Optional[cst.BaseExpression], at: cst.Call) -> str:

@@ -41,6 +41,7 @@ from dp2ddp.codemods._analysis import Source, decode
 from dp2ddp.codemods._bridge import character_column
 from dp2ddp.codemods._facts import FileFacts, collect_facts, import_facts
 from dp2ddp.codemods._program import module_files, package_folder  # (shared with lint)
+from dp2ddp import linediff
 
 #: ``progress(done, total)``: how many of a pass's files are done
 Progress = Callable[[int, int], None]
@@ -282,7 +283,7 @@ class LineMap:
         self._same = original == current
         if not self._same:
             a, b = original.splitlines(), current.splitlines()
-            self._ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+            self._ops = linediff.opcodes(a, b)
             self._len = len(a)
             self._a, self._b = a, b
 

@@ -512,8 +512,7 @@ def fix_edits(sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic]) -
     ``end_line`` (exclusive) of the original with ``content``.  The edits are the
     rule's whole fix in the file, the same for each of its findings there (apply
     them once)."""
-    import difflib
-
+    from dp2ddp import linediff
     from dp2ddp.engine import apply_transforms, convert_sources
 
     by_key: Dict[Tuple[str, str], List[Diagnostic]] = {}
@@ -540,7 +539,7 @@ def fix_edits(sources: Mapping[str, bytes], diagnostics: Sequence[Diagnostic]) -
         before = decode(sources[path]).splitlines(keepends=True)
         after = decode(fixed.output).splitlines(keepends=True)
         hunks = []
-        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        for tag, i1, i2, j1, j2 in linediff.opcodes(before, after):
             if tag != "equal":
                 hunks.append({"line": i1 + 1, "end_line": i2 + 1, "content": "".join(after[j1:j2])})
         for d in group:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import ast
 import dataclasses
 import builtins
-import difflib
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from dp2ddp import linediff
 from dp2ddp.engine import ConvertResult, FileResult
 
 #: a kept change of code X needs the changes of these codes (in the same program)
@@ -67,8 +67,7 @@ def hunks_of(file: FileResult) -> List[Hunk]:
     before = _lines(file.source)
     after = _lines(file.output or b"")
     hunks = []
-    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in linediff.opcodes(before, after):
         if tag == "equal":
             continue
         hunk = Hunk(
