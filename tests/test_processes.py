@@ -52,13 +52,21 @@ def _programs(tmp_path: Path, count: int) -> Path:
     return root
 
 
+def _ctrl_c_as_on_a_terminal() -> None:
+    """(In the child, before exec.)  A job started in the background by a shell
+    without job control -- ``bash .ci/run &`` -- ignores SIGINT, and an ignored
+    signal stays ignored through fork and exec: every run these tests start would
+    ignore the Ctrl-C they send.  A terminal's foreground job does not."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(args, cwd: Path) -> subprocess.Popen:
     """The run, its output into files (a worker left behind would hold a pipe open)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", DP2DDP_NO_CACHE="1")
     with open(cwd / "stdout", "wb") as out, open(cwd / "stderr", "wb") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "dp2ddp", *args], cwd=cwd, env=env, start_new_session=True,
-            stdout=out, stderr=err,
+            stdout=out, stderr=err, preexec_fn=_ctrl_c_as_on_a_terminal,
         )
 
 
@@ -317,7 +325,7 @@ def test_ctrl_c_while_a_worker_writes_a_large_result(tmp_path, delay):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     with open(tmp_path / "stderr", "wb") as err:
         proc = subprocess.Popen([sys.executable, str(script)], env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=err)
+                                stdout=subprocess.DEVNULL, stderr=err, preexec_fn=_ctrl_c_as_on_a_terminal)
     try:
         proc.wait(20)
     except subprocess.TimeoutExpired:
