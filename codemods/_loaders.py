@@ -379,16 +379,34 @@ def _words(text: str) -> set:
 def sharded_loaders(src: Source) -> dict:
     """{loader name: its DistributedSampler call} for the file's
     ``name = DataLoader(..., sampler=DistributedSampler(...))`` (the sampler also
-    through a name bound to it)."""
-    from ._analysis import argument, assigned_name
+    through a name bound to it anywhere in the file)."""
+    from ._analysis import assigned_name
 
-    samplers = {}
+    found = {}
+    for loader, sampler in loaders_with_distributed_samplers(src, per_function=False):
+        name = assigned_name(src, loader)
+        if name:
+            found[name] = sampler
+    return found
+
+
+def loaders_with_distributed_samplers(src: Source, per_function: bool) -> List[Tuple[ast.Call, ast.Call]]:
+    """(DataLoader call, its DistributedSampler call) for every loader of the file
+    given one -- as ``sampler=DistributedSampler(...)``, or through a name bound to
+    one (``sampler = DistributedSampler(ds)``: in the loader's own function where
+    ``per_function``, else anywhere in the file; the last binding counts)."""
+    from ._analysis import argument
+
+    def key(node: ast.AST, name: str) -> tuple:
+        return (id(src.function_of(node)) if per_function else None, name)
+
+    bound = {}
     for a in src.of_type(ast.Assign):
         if isinstance(a.value, ast.Call) and src.qualname(a.value.func) in N.DISTRIBUTED_SAMPLER:
             for t in a.targets:
                 if dotted(t):
-                    samplers[dotted(t)] = a.value
-    found = {}
+                    bound[key(a, dotted(t))] = a.value
+    found = []
     for call in src.calls:
         if src.qualname(call.func) not in N.DATA_LOADER:
             continue
@@ -396,10 +414,9 @@ def sharded_loaders(src: Source) -> dict:
         if sampler is None:
             continue
         if not (isinstance(sampler, ast.Call) and src.qualname(sampler.func) in N.DISTRIBUTED_SAMPLER):
-            sampler = samplers.get(dotted(sampler))
-        name = assigned_name(src, call)
-        if sampler is not None and name:
-            found[name] = sampler
+            sampler = bound.get(key(call, dotted(sampler)))
+        if sampler is not None:
+            found.append((call, sampler))
     return found
 
 

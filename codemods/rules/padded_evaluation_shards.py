@@ -19,6 +19,7 @@ from .._analysis import (
     loader_loops,
     uses_distributed,
 )
+from .._loaders import loaders_with_distributed_samplers
 from ._base import Diagnostic, Rule
 
 
@@ -110,23 +111,9 @@ def padded_evaluation_samplers(src: Source) -> Iterator[ast.Call]:
 def _loaders_of_samplers(src: Source) -> Dict[int, List[ast.Call]]:
     """id(DistributedSampler call) -> the DataLoader calls it is handed to (directly,
     or through a name bound to it in the same function)."""
-    by_name: Dict[tuple, ast.Call] = {}
-    for assign in src.of_type(ast.Assign):
-        if isinstance(assign.value, ast.Call) and src.qualname(assign.value.func) in N.DISTRIBUTED_SAMPLER:
-            for target in assign.targets:
-                if dotted(target):
-                    by_name[(id(src.function_of(assign)), dotted(target))] = assign.value
     found: Dict[int, List[ast.Call]] = {}
-    for call in src.calls:
-        if src.qualname(call.func) not in N.DATA_LOADER:
-            continue
-        sampler = argument(call, 3, "sampler")
-        if sampler is None:
-            continue
-        if not (isinstance(sampler, ast.Call) and src.qualname(sampler.func) in N.DISTRIBUTED_SAMPLER):
-            sampler = by_name.get((id(src.function_of(call)), dotted(sampler)))
-        if sampler is not None:
-            found.setdefault(id(sampler), []).append(call)
+    for loader, sampler in loaders_with_distributed_samplers(src, per_function=True):
+        found.setdefault(id(sampler), []).append(loader)
     return found
 
 
