@@ -99,9 +99,11 @@ def worker_pool(workers: int, initializer: Optional[Callable] = None, initargs: 
         # phases of a run -- kills the workers as one during the work does)
         executor.shutdown(wait=True)
     except BaseException:
-        _forget_at_exit(executor)
-        _quiet_while_it_dies(getattr(executor, "_executor_manager_thread", None))
-        result_queue = getattr(executor, "_result_queue", None)  # (shutdown forgets it)
+        # (read before shutdown, which forgets both)
+        thread = getattr(executor, "_executor_manager_thread", None)
+        result_queue = getattr(executor, "_result_queue", None)
+        _forget_at_exit(thread)
+        _quiet_while_it_dies(thread)
         executor.shutdown(wait=False, cancel_futures=True)
         mine = [p for p in multiprocessing.active_children() if p not in before]
         for process in mine:
@@ -109,13 +111,12 @@ def worker_pool(workers: int, initializer: Optional[Callable] = None, initargs: 
         for process in mine:
             process.join(1)
         _release_the_manager(result_queue)
-        thread = getattr(executor, "_executor_manager_thread", None)
         if thread is not None:
             thread.join(0.5)
         raise
 
 
-def _forget_at_exit(executor) -> None:
+def _forget_at_exit(thread) -> None:
     """Drop the pool's manager thread from what ``concurrent.futures`` wakes at
     interpreter exit, before the workers are killed: the exit hook checks that the
     wake-up pipe is open and then writes to it, while the manager thread, seeing
@@ -125,7 +126,6 @@ def _forget_at_exit(executor) -> None:
     own once its workers are gone."""
     from concurrent.futures import process as futures_process
 
-    thread = getattr(executor, "_executor_manager_thread", None)
     wakeups = getattr(futures_process, "_threads_wakeups", None)
     if thread is not None and wakeups is not None:
         wakeups.pop(thread, None)
@@ -136,8 +136,8 @@ def _release_the_manager(result_queue) -> None:
     the pool's result pipe.  A worker killed while it wrote a result larger than
     the pipe's buffer (a converted file, a chunk of them) leaves half a message in
     the pipe; the pool's manager thread, reading it, waited for the rest forever,
-    and the interpreter waits for that thread at exit: Ctrl-C hung the run (seen
-    in CI).  With no write end left open the read ends (EOF), the pool counts
+    and the interpreter waits for that thread at exit: Ctrl-C hung the run
+    (reproduced with results of a few MB).  With no write end left open the read ends (EOF), the pool counts
     itself broken and its thread ends."""
     writer = getattr(result_queue, "_writer", None)
     if writer is not None:
