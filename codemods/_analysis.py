@@ -356,8 +356,9 @@ def _uses_distributed(src: Source) -> bool:
     a call into one of its tool packages that a single process uses
     (``torch.distributed.checkpoint.load`` in a checkpoint-conversion script,
     ``elastic``, ``rpc``), nor asking what the build supports
-    (``is_available()``, ``is_nccl_available()``: an environment report).  Each of those names has "distributed" /
-    "Distributed" in its import: a file without the word cannot call them."""
+    (``is_available()``, ``is_nccl_available()``: an environment report).  Each
+    of those names has "distributed" / "Distributed" in its import: a file
+    without the word cannot call them."""
     if "istributed" not in src.text:
         return False
     wanted = N.DDP | N.DISTRIBUTED_SAMPLER
@@ -367,15 +368,11 @@ def _uses_distributed(src: Source) -> bool:
             return True
         if name.startswith("torch.distributed."):
             rest = name[len("torch.distributed."):]
-            if rest in _BUILD_PROBES or (rest.startswith("is_") and rest.endswith("_available")):
-                continue  # (what this build of torch supports: an environment report asks it)
+            if rest.startswith("is_") and rest.endswith("_available"):
+                continue  # (is_available, is_nccl_available...: what this build supports)
             if "." not in rest or rest.split(".")[0] in _PROCESS_GROUP_PACKAGES:
                 return True
     return False
-
-
-#: functions of torch.distributed that ask what the build supports, not the group
-_BUILD_PROBES = frozenset({"is_available", "is_backend_available"})
 
 
 #: packages of torch.distributed whose calls run in a process group
