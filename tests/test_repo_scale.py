@@ -159,12 +159,7 @@ def test_interactive_quit_writes_nothing_when_nothing_accepted(tmp_path):
 def test_interactive_refuses_an_inconsistent_selection(tmp_path):
     path = _copy_dp(tmp_path)
     # find the hunk that adds the sampler, reject it, accept everything else
-    from dp2ddp.engine import convert_sources
-    from dp2ddp.review import hunks_of
-
-    (file,) = convert_sources({str(path): path.read_bytes()}).files
-    hunks = hunks_of(file)
-    answers = ["n" if "DDP101" in h.codes else "y" for h in hunks]
+    hunks, answers = _inconsistent_answers(path)
     assert "n" in answers and any("DDP102" in h.codes for h in hunks)
     result = invoke("convert", "--interactive", path, input="\n".join(answers) + "\n")
     assert result.exit_code == 1
