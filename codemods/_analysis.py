@@ -1115,7 +1115,13 @@ def calls_of(src: Source, func: ast.AST) -> List[ast.Call]:
     """The calls of the function ``func`` in this file, by its name (``f(...)``,
     ``self.f(...)``)."""
     name: Optional[str] = getattr(func, "name", None)
-    return list(_calls_by_last_name(src).get(name, ())) if name else []
+    return calls_of_name(src, name) if name else []
+
+
+def calls_of_name(src: Source, name: str) -> List[ast.Call]:
+    """The calls in this file of whatever is called ``name`` (``f(...)``,
+    ``self.f(...)``, ``utils.f(...)``)."""
+    return list(_calls_by_last_name(src).get(name, ()))
 
 
 def _calls_by_last_name(src: Source) -> Dict[str, List[ast.Call]]:

@@ -22,7 +22,10 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from ._analysis import Source, dotted, environ_key, is_rank_dependent, last_name, on_main_process_only
+from ._analysis import (
+    Source, called_only_on_main, calls_of_name, dotted, environ_key, is_rank_dependent, last_name,
+    on_main_process_only,
+)
 
 #: how many folders above the file an absolute import is looked for (a script in
 #: ``tools/`` run from the repository root imports the root's packages)
@@ -267,20 +270,20 @@ def imported_by(src: Source, wanted: "re.Pattern[str]") -> bool:
     """A Python file beside this one or in a folder above it (``ANCESTOR_LEVELS``)
     imports its module (``from engine import train_one_epoch``, ``import
     engine``, ``from data import build_loader``) and its text matches ``wanted``."""
-    return any(wanted.search(text) for text in _importer_texts(src))
+    return any(wanted.search(text) for _, text in _importers(src))
 
 
-def _importer_texts(src: Source) -> List[str]:
+def _importers(src: Source) -> List[Tuple[str, str]]:
     """The texts of the files beside this one or in the folders above it that
     import its module (through its package's ``__init__.py`` too), found once per
     file for every question asked of them.  The files read are kept in
     ``src.cache["imported_files"]`` (the cache of the finding follows them; a new
     file that starts importing this one is seen once this file or the cache
     changes -- a folder's mtime is no guide: the cache's own folder changes it)."""
-    if "importer_texts" in src.cache:
-        return src.cache["importer_texts"]  # type: ignore[return-value]
-    texts: List[str] = []
-    src.cache["importer_texts"] = texts
+    if "importers" in src.cache:
+        return src.cache["importers"]  # type: ignore[return-value]
+    texts: List[Tuple[str, str]] = []
+    src.cache["importers"] = texts
     if src.path.startswith("<"):
         return texts
     path = os.path.abspath(src.path)
@@ -307,6 +310,99 @@ def _importer_texts(src: Source) -> List[str]:
                 continue
             read.append(candidate)  # (an edit may make it an importer)
             if targets & {os.path.normpath(f) for f in imported_module_files(candidate, text, ANCESTOR_LEVELS)}:
-                texts.append(text)
+                texts.append((candidate, text))
     src.cache["imported_files"] = tuple(dict.fromkeys(read))
     return texts
+
+
+#: the importers parsed for ``called_only_on_main_by_importers``, by (path, text)
+_IMPORTER_MEMO: Dict[Tuple[str, str], Optional[Source]] = {}
+
+
+def _importer_source(path: str, text: str) -> Optional[Source]:
+    key = (path, text)
+    if key not in _IMPORTER_MEMO:
+        try:
+            _IMPORTER_MEMO[key] = Source(path, text)
+        except (SyntaxError, ValueError, RecursionError):
+            _IMPORTER_MEMO[key] = None
+    return _IMPORTER_MEMO[key]
+
+
+def called_only_on_main_by_importers(src: Source, func: ast.AST) -> bool:
+    """``func`` -- a function of this file, or a class (its ``__init__`` runs where
+    the class is called) -- is never called in this file, and the files that import
+    this one call it, each time where only the main process runs: ConvNeXt's
+    ``utils.TensorboardLogger`` makes its ``SummaryWriter`` in ``__init__``, and
+    ``main.py`` builds it under ``if global_rank == 0:``.  Calls are matched by the
+    name called (``utils.TensorboardLogger(...)``, ``TensorboardLogger(...)``)."""
+    name = getattr(func, "name", None)
+    if not name or calls_of_name(src, name):
+        return False
+    found = False
+    for path, text in _importers(src):
+        if name not in text:
+            continue
+        importer = _importer_source(path, text)
+        if importer is None:
+            continue
+        for call in calls_of_name(importer, name):
+            found = True
+            if on_main_process_only(importer, call):
+                continue
+            outer = importer.function_of(call)
+            if outer is None or not called_only_on_main(importer, outer):
+                return False
+    return found
+
+
+def runs_only_on_main_by_its_callers(src: Source, node: ast.AST) -> bool:
+    """``node`` is in a function that only the main process calls -- here
+    (``called_only_on_main``) or, never called here, by the files that import this
+    one; in a class's ``__init__``, the class is what is called."""
+    func = src.function_of(node)
+    if func is None:
+        return False
+    owner = src.parent(func)
+    if getattr(func, "name", "") == "__init__" and isinstance(owner, ast.ClassDef):
+        func = owner
+    return called_only_on_main(src, func) or called_only_on_main_by_importers(src, func)
+
+
+# ------------------------------------------------------------------ helpers that load checkpoints
+def loads_what_it_is_handed(src: Source, call: ast.Call) -> bool:
+    """The function ``call`` calls -- defined in this file or in a module it
+    imports, found by its name -- calls ``load_state_dict``: the objects handed to
+    it may be loaded from a checkpoint (DINO's ``utils.restart_from_checkpoint(path,
+    state_dict=linear_classifier)`` loads each keyword's value)."""
+    name = last_name(call.func)
+    if not name:
+        return False
+    if any(f.name == name and _calls_load_state_dict(f) for f in src.of_type(ast.FunctionDef)):
+        return True
+    if src.path.startswith("<"):
+        return False
+    read: List[str] = []
+    found = False
+    for path in dict.fromkeys(imported_module_files(src.path, src.text, ANCESTOR_LEVELS)):
+        if not os.path.isfile(path):
+            continue
+        text = _read_text(path)
+        read.append(path)
+        if text is None or f"def {name}(" not in text:
+            continue
+        module = _importer_source(path, text)
+        if module is not None and any(
+            f.name == name and _calls_load_state_dict(f) for f in module.of_type(ast.FunctionDef)
+        ):
+            found = True
+            break
+    src.cache["imported_files"] = tuple(dict.fromkeys([*src.cache.get("imported_files", ()), *read]))
+    return found
+
+
+def _calls_load_state_dict(func: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "load_state_dict"
+        for n in ast.walk(func)
+    )

@@ -266,7 +266,45 @@ def main_only_bindings(src: A.Source) -> Set[str]:
             nones |= targets
         elif isinstance(value, ast.Call) and A.on_main_process_only(src, node):
             guarded |= targets
-    return names | (nones & guarded)
+    return _set_from_main_only(src, names | (nones & guarded), nones)
+
+
+def _set_from_main_only(src: A.Source, known: Set[str], nones: Set[str]) -> Set[str]:
+    """``known`` and the names first bound to None and then only where the main
+    process alone runs or under a check that one of ``known`` is there: timm's
+    ``best_metric = None`` ... ``if saver is not None: best_metric, best_epoch =
+    saver.save_checkpoint(...)``, with the saver made on the main process only."""
+    bindings: Dict[str, List[ast.AST]] = {}
+    for node in src.of_type(ast.Assign):
+        if A.is_none(node.value):
+            continue
+        for target in node.targets:
+            for element in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]):
+                name = A.dotted(element)
+                if name in nones and name not in known:
+                    bindings.setdefault(name, []).append(node)
+    for node in src.of_type(ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.withitem, ast.NamedExpr,
+                            ast.comprehension):
+        target = getattr(node, "optional_vars", None) if isinstance(node, ast.withitem) else node.target
+        for element in ast.walk(target) if target is not None else ():
+            bindings.pop(A.dotted(element), None)  # bound otherwise too: not followed
+    known = set(known)
+    grew = bool(bindings)
+    while grew:
+        grew = False
+        for name, assigns in bindings.items():
+            if name not in known and all(
+                A.on_main_process_only(src, a) or any(_none_checked(src, a, k) for k in known) for a in assigns
+            ):
+                known.add(name)
+                grew = True
+    return known
+
+
+def checked_present(src: A.Source, node: ast.AST, names: Set[str]) -> bool:
+    """``node`` runs only where one of ``names`` is not None (``if best_metric is
+    not None:``, ``if writer:``, after ``if writer is None: return``)."""
+    return any(_none_checked(src, node, name) for name in names)
 
 
 def main_only_names(src: A.Source, seeds: Set[str]) -> Set[str]:

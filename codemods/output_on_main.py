@@ -39,6 +39,7 @@ from . import _names as N
 from . import _patterns as P
 from . import _writes as W
 from ._bridge import byte_offset
+from ._program import runs_only_on_main_by_its_callers
 from ._facts import WRITING_METHODS
 from ._guard import MainProcessGuard, single_call
 
@@ -397,5 +398,16 @@ class OutputOnMainProcess(MainProcessGuard):
             block is not None
             and self.guardable_block(block)
             and not P.under_main_process_check(self, node)
+            and not self._made_on_main_by_callers(node)
         )
+
+    def _made_on_main_by_callers(self, node: cst.CSTNode) -> bool:
+        """The writer or run ``node`` makes is made in a function (a class's
+        ``__init__``) that only the main process calls, here or in the files that
+        import this one: lint's decision (``runs_only_on_main_by_its_callers``)."""
+        call = node.body if isinstance(node, cst.IfExp) else node
+        if not isinstance(call, cst.Call):
+            return False
+        found = self.ast_call(call)
+        return found is not None and runs_only_on_main_by_its_callers(self.ast_source, found)
 

@@ -788,6 +788,60 @@ def test_loader_factory_whose_importer_calls_set_epoch(tmp_path):
     assert "data/build.py:6:15: DDP102" in lint("--no-config", "data/build.py", cwd=tmp_path).output
 
 
+def test_checkpoint_loaded_back_into_the_wrapper_by_a_helper_of_another_module(tmp_path):
+    """DINO's eval_linear shape: the wrapper's state_dict() is saved, and
+    utils.restart_from_checkpoint(path, state_dict=model) of another module loads
+    it back into the wrapper (a consistent round trip): no DDP303.  A helper that
+    loads nothing leaves the finding."""
+    helper = tmp_path / "utils.py"
+    helper.write_text(
+        "import torch\n\n\ndef restart_from_checkpoint(path, **kwargs):\n"
+        "    checkpoint = torch.load(path, map_location='cpu')\n"
+        "    for key, value in kwargs.items():\n"
+        "        value.load_state_dict(checkpoint[key])\n"
+    )
+    (tmp_path / "eval_linear.py").write_text(
+        "import torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel\n\n"
+        "import utils\n\n\ndef main():\n    dist.init_process_group('gloo')\n"
+        "    model = DistributedDataParallel(torch.nn.Linear(2, 2))\n"
+        "    utils.restart_from_checkpoint('c.pth', state_dict=model)\n"
+        "    if dist.get_rank() == 0:\n        torch.save({'state_dict': model.state_dict()}, 'c.pth')\n"
+    )
+    result = lint("--no-config", "--no-cache", "eval_linear.py", cwd=tmp_path)
+    assert "DDP303" not in result.output, result.output
+    helper.write_text("def restart_from_checkpoint(path, **kwargs):\n    print(path, kwargs)\n")
+    result = lint("--no-config", "--no-cache", "eval_linear.py", cwd=tmp_path)
+    assert "eval_linear.py:13:35: DDP303" in result.output, result.output
+
+
+def test_writer_of_a_logger_class_built_on_the_main_process_by_its_importer(tmp_path):
+    """ConvNeXt's shape: utils.py's TensorboardLogger makes a SummaryWriter in its
+    __init__, and main.py builds it under ``if global_rank == 0:`` only: one
+    writer, no DDP301 in utils.py.  Built on every rank, the writer is reported."""
+    (tmp_path / "utils.py").write_text(
+        "import torch.distributed as dist\nfrom torch.utils.tensorboard import SummaryWriter\n\n\n"
+        "class TensorboardLogger:\n    def __init__(self, log_dir):\n"
+        "        self.writer = SummaryWriter(logdir=log_dir)\n\n"
+        "    def update(self, step, **kwargs):\n        for k, v in kwargs.items():\n"
+        "            self.writer.add_scalar(k, v, step)\n\n\n"
+        "def init_distributed_mode():\n    dist.init_process_group('gloo')\n"
+    )
+    main = tmp_path / "main.py"
+    guarded = (
+        "import utils\n\n\ndef main(args):\n    utils.init_distributed_mode()\n"
+        "    global_rank = utils.get_rank()\n"
+        "    if global_rank == 0 and args.log_dir is not None:\n"
+        "        log_writer = utils.TensorboardLogger(log_dir=args.log_dir)\n"
+        "    else:\n        log_writer = None\n"
+    )
+    main.write_text(guarded)
+    result = lint("--no-config", "--no-cache", "utils.py", cwd=tmp_path)
+    assert "DDP301" not in result.output, result.output
+    main.write_text(guarded.replace("    if global_rank == 0 and args.log_dir is not None:\n", "    if True:\n"))
+    result = lint("--no-config", "--no-cache", "utils.py", cwd=tmp_path)
+    assert "utils.py:7:23: DDP301" in result.output, result.output
+
+
 def _notebook(cells) -> str:
     return json.dumps({
         "cells": [

@@ -7,6 +7,7 @@ from typing import Iterator, Set
 
 from .. import _names as N
 from .._analysis import Source, dotted, ddp_wrapped_names
+from .._program import loads_what_it_is_handed
 from ._base import Diagnostic, Rule
 
 
@@ -15,7 +16,9 @@ class DDPWrapperStateDict(Rule):
     ## What it does
     Reports a checkpoint saved (`torch.save`, directly or through a dict) from the
     `state_dict()` of a DistributedDataParallel wrapper, unless this file also
-    loads it back into a DDP wrapper (a consistent round trip).
+    loads it back into a DDP wrapper (a consistent round trip), itself or through a
+    helper, of this file or a module it imports, that calls `load_state_dict` on
+    what it is handed (`restart_from_checkpoint(path, state_dict=model)`).
 
     ## Why is this bad?
     The wrapper's keys carry a `module.` prefix (`module.fc.weight`). Loading the
@@ -63,6 +66,12 @@ class DDPWrapperStateDict(Rule):
             for c in src.calls
         ):
             return  # saved and loaded through the wrapper: consistent
+        if any(
+            any(dotted(arg) == name for arg in (*c.args, *(k.value for k in c.keywords)) for name, _, _ in wraps)
+            and loads_what_it_is_handed(src, c)
+            for c in src.calls
+        ):
+            return  # ``utils.restart_from_checkpoint(path, state_dict=model)`` loads it into the wrapper
         saved = _saved_names(src)
         for call in src.calls:
             if not (isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict"):

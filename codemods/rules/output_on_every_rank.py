@@ -20,7 +20,7 @@ from .._analysis import (
     on_main_process_only,
     uses_distributed,
 )
-from .._program import imported_facts
+from .._program import imported_facts, runs_only_on_main_by_its_callers
 from ._base import Diagnostic, Rule
 
 
@@ -148,6 +148,8 @@ class OutputOnEveryRank(Rule):
                     main_only[func] = called_only_on_main(src, func)
                 if main_only[func]:
                     continue  # ``if self.gpu_id == 0: self._save_snapshot(epoch)``
+            if W.checked_present(src, call, names):
+                continue  # ``if best_metric is not None:``, set where the main process's saver is (timm)
             if _not_distributed_branch(src, call):
                 continue  # the non-distributed branch of ``if args.distributed: ... else:``
             if not on_main_process_only(src, call):
@@ -175,8 +177,8 @@ def _per_rank_sink(src: Source, call: ast.Call) -> str:
         is_main_process_check(src, parent.test) or is_not_main_check(src, parent.test)
     ):
         return ""  # ``SummaryWriter(d) if rank == 0 else None``
-    if on_main_process_only(src, call):
-        return ""
+    if on_main_process_only(src, call) or runs_only_on_main_by_its_callers(src, call):
+        return ""  # (``log_writer = utils.TensorboardLogger(d)`` under ``if rank == 0:``, ConvNeXt)
     return what
 
 
