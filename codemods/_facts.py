@@ -338,9 +338,40 @@ def _model_attribute_functions(src: Source) -> Dict[str, ModelAttributeFunction]
                 "backward", "step"
             ):
                 trains = True
+        loaded = _loaded_keyword_values(func)
+        if loaded:
+            attributes.setdefault(KEYWORDS_LOADED, "load_state_dict")
         if attributes:
             found[func.name] = ModelAttributeFunction(params, tuple(sorted(attributes.items())), trains)
     return found
+
+
+#: the "parameter" of a ``ModelAttributeFunction`` that stands for its ``**kwargs``
+#: values, each loaded from a checkpoint (``restart_from_checkpoint(path, model=m)``)
+KEYWORDS_LOADED = "**"
+
+
+def _loaded_keyword_values(func: ast.AST) -> bool:
+    """``func`` calls ``load_state_dict`` on the values of its ``**kwargs``: DINO's
+    ``for key, value in kwargs.items(): value.load_state_dict(checkpoint[key])``."""
+    kwarg = func.args.kwarg.arg if func.args.kwarg else None  # type: ignore[attr-defined]
+    if kwarg is None:
+        return False
+    values: Set[str] = set()
+    for loop in ast.walk(func):
+        if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
+                and isinstance(loop.iter.func, ast.Attribute) and dotted(loop.iter.func.value) == kwarg):
+            continue
+        if loop.iter.func.attr == "items" and isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2:
+            values.add(dotted(loop.target.elts[1]))
+        elif loop.iter.func.attr == "values":
+            values.add(dotted(loop.target))
+    return any(
+        isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"
+        and (dotted(c.func.value) in values - {""}
+             or isinstance(c.func.value, ast.Subscript) and dotted(c.func.value.value) == kwarg)
+        for c in ast.walk(func)
+    )
 
 
 _FILE = "<__file__>"

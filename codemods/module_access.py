@@ -35,6 +35,7 @@ from . import _analysis as A
 from . import _names as N
 from . import _patterns as P
 from ._base import FileRole, Transform
+from ._facts import KEYWORDS_LOADED
 from ._model import ModelAttributeFunction
 from .dp_to_ddp import _loaded_back_message
 from .sampler import _calls_backward
@@ -169,6 +170,8 @@ class ModuleAccess(Transform):
                 self._note_imported_saver(call, name, *dict(self.role.imported_state_dict_savers)[func.value])
             elif isinstance(func, cst.Name) and func.value in self._imported_functions():
                 self._hand_over(call, scope, name, self._imported_functions()[func.value])
+            elif self._imported_module_function(func) is not None:  # utils.restart_from_checkpoint(...)
+                self._hand_over(call, scope, name, self._imported_module_function(func))
             elif isinstance(func, (cst.Name, cst.Attribute)) and _SAVER.search(P.dotted_name(func).rsplit(".", 1)[-1]):
                 self._note_foreign_saver(call, name)
             elif P.dotted_name(func).split(".", 1)[0] in foreign:  # early_stopping(val_loss, model)
@@ -223,6 +226,19 @@ class ModuleAccess(Transform):
             self.ast_source, dict(self.role.imported_model_functions)
         )
 
+    def _imported_module_function(self, func: cst.BaseExpression) -> Optional[ModelAttributeFunction]:
+        """``utils.f`` where ``utils`` is a module of the program this file imports
+        (``import utils``) and ``f`` one of its functions that read their parameters'
+        own attributes."""
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return None
+        module = self.ast_source.aliases.get(func.value.value)
+        if module is None or module.split(".", 1)[0] in ("torch", "builtins"):
+            return None
+        if func.value.value in {s.name.value for s in self.module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}:
+            return None
+        return dict(self.role.imported_model_functions).get(func.attr.value)
+
     def _hand_over(self, call: cst.Call, scope: cst.CSTNode, name: str, function: ModelAttributeFunction) -> None:
         """``generate(decoder, "Wh")`` of another module, which reads
         ``decoder.init_hidden``: DDP has no such attribute.  A function that neither
@@ -231,10 +247,22 @@ class ModuleAccess(Transform):
         received = _parameters_receiving(call, function.params, name)
         attributes = dict(function.attributes)
         needed = [(p, attributes[p]) for p in received if p in attributes]
+        if KEYWORDS_LOADED in attributes:  # ``restart_from_checkpoint(path, state_dict=model)``
+            needed += [(p, attributes[KEYWORDS_LOADED]) for p in received if p not in function.params]
         if not needed:
             return
         param, attribute = needed[0]
         callee = P.dotted_name(call.func)
+        if not function.trains and all(a in ("state_dict", "load_state_dict") for _, a in needed):
+            # it only saves or loads a state_dict (no forward to bypass DDP): the bare
+            # model's keys are those of the checkpoints this file saves, model.module's
+            self._handed_the_module[call] = name
+            self.changed(
+                call,
+                f"{callee}() (another module) calls {param}.{attribute}(): it gets {name}.module, whose keys have "
+                "no 'module.' prefix, as the checkpoints saved here",
+            )
+            return
         if function.trains or self._trains_here(scope):
             self.manual(
                 call,

@@ -14,6 +14,8 @@ For each, once per session:
 Then the tests assert: both runs exit 0, only rank 0 wrote the checkpoint, the
 checkpoint keeps the original's key format and, for deterministic scripts
 (``shuffle=False``), the final weights match the original's within 1e-4.
+A case with ``"runs": 2`` runs both programs twice in their folders (the second
+run resumes from the first one's checkpoint) and judges the second.
 """
 
 from __future__ import annotations
@@ -70,8 +72,16 @@ def e2e(tmp_path_factory) -> Dict[str, Outcome]:
         for rel, data in outputs.items():
             (conv_dir / rel).parent.mkdir(parents=True, exist_ok=True)
             (conv_dir / rel).write_bytes(data)
-        original = run_script(orig_dir, case["entry"], case["args"], False, case.get("cuda_shim", False))
-        converted = run_script(conv_dir, case["entry"], case["args"], True)
+        # ``"runs": 2``: run again in the same folder (a second run resumes from the
+        # first one's checkpoint); the last run is the one judged
+        for _ in range(case.get("runs", 1)):
+            original = run_script(orig_dir, case["entry"], case["args"], False, case.get("cuda_shim", False))
+            if original.returncode:
+                break
+        for _ in range(case.get("runs", 1)):
+            converted = run_script(conv_dir, case["entry"], case["args"], True)
+            if converted.returncode:
+                break
         return Outcome(case, original, converted, orig_dir, conv_dir, outputs, case_dir / "after")
 
     with ThreadPoolExecutor(max_workers=2) as pool:
