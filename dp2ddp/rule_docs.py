@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dp2ddp.codemods.rules import RULES
+from dp2ddp.codemods.rules import DEFAULT_PRECISION, RULES, lint_set_figures
 
 
 def one(rule) -> str:
@@ -12,8 +12,32 @@ def one(rule) -> str:
         rule.FIX or "", "no automatic fix"
     )
     tests = "" if rule.IN_TESTS else " · not reported in test files (`test_*.py`, `tests/`)"
-    head = f"# {rule.CODE} {rule.NAME}\n\nSeverity: {rule.SEVERITY} · {fix}{tests}\n\n"
+    head = f"# {rule.CODE} {rule.NAME}\n\nSeverity: {rule.SEVERITY} · {fix}{tests}\n\n{default_set(rule)}\n\n"
     return head + rule.docs() + "\n"
+
+
+def default_set(rule) -> str:
+    """Whether the rule is in the default set, and why: its figures on the lint set
+    of real DDP repositories (``lint_set_figures.json``, written by the benchmark)."""
+    figures = lint_set_figures()
+    where = "the lint set of {n} real DDP repositories (`benchmarks/realworld/`, at {at})".format(
+        n=len(figures.get("repositories", ())), at=figures.get("measured_at", "?")
+    )
+    counts = figures.get("rules", {}).get(rule.CODE) if figures else None
+    if not figures:
+        measured = "not measured here (no lint_set_figures.json)"
+    elif not counts:
+        measured = f"no finding (so no false alarm) on {where}"
+    else:
+        judged = counts["true"] + counts["false"]
+        share = f"{100 * counts['true'] / judged:.0f}% true" if judged else "none judged true or false"
+        measured = (
+            f"on {where}: {counts['found']} found, {counts['true']} true, {counts['false']} false, "
+            f"{counts['debatable']} debatable ({share}; {counts['false_errors']} false errors)"
+        )
+    state = "on by default" if rule.DEFAULT else "off by default (select it by code)"
+    policy = f"the default set takes a rule with at least {DEFAULT_PRECISION:.0%} true and no false error"
+    return f"Default set: {state} -- {measured}; {policy}."
 
 
 def markdown() -> str:

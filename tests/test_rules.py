@@ -143,3 +143,36 @@ def test_data_parallel_through_a_star_import_offers_no_fix():
     plain = "import torch\nmodel = torch.nn.DataParallel(net)\n"
     (found,) = BY_CODE["DDP001"]().check(Source("plain.py", plain))
     assert found.fix is not None
+
+
+def test_a_rule_off_by_default_runs_only_when_a_selector_names_it(monkeypatch):
+    from dp2ddp.lint import selected_rules
+
+    monkeypatch.setattr(BY_CODE["DDP301"], "DEFAULT", False)
+    codes = lambda config: {r.CODE for r in selected_rules(config)}  # noqa: E731
+    assert "DDP301" not in codes(LintConfig()) and "DDP302" in codes(LintConfig())
+    for select in (("DDP301",), ("DDP3",), ("ALL",)):
+        assert "DDP301" in codes(LintConfig(select=select)), select
+    assert "DDP301" not in codes(LintConfig(select=("DDP302",)))
+
+
+def test_each_rules_default_is_what_its_figures_on_real_code_earn():
+    """``Rule.DEFAULT`` follows the policy over the committed lint-set figures
+    (``lint_set_figures.json``, written by benchmarks/realworld/lint_precision.py):
+    at least DEFAULT_PRECISION of the judged findings true, no false error."""
+    from dp2ddp.codemods.rules import DEFAULT_PRECISION, lint_set_figures
+
+    figures = lint_set_figures()
+    assert len(figures["repositories"]) >= 10 and set(figures["rules"]) <= set(BY_CODE)
+    for rule in RULES:
+        counts = figures["rules"].get(rule.CODE)
+        judged = counts["true"] + counts["false"] if counts else 0
+        earned = not counts or counts["false_errors"] == 0 and (not judged or counts["true"] / judged >= DEFAULT_PRECISION)
+        assert rule.DEFAULT == earned, (rule.CODE, counts)
+        assert ("on by default" if rule.DEFAULT else "off by default") in rule_docs_line(rule)
+
+
+def rule_docs_line(rule) -> str:
+    from dp2ddp import rule_docs
+
+    return rule_docs.default_set(rule)

@@ -15,6 +15,8 @@ an expectation is met when lint reports that code at that line of that file.
     .venv/bin/python benchmarks/realworld/lint_precision.py --src /work/rw/lintsrc
     .venv/bin/python benchmarks/realworld/lint_precision.py --src /work/rw/lintsrc --select ALL
     .venv/bin/python benchmarks/realworld/lint_precision.py --src /work/rw/lintsrc --dump new.csv
+    .venv/bin/python benchmarks/realworld/lint_precision.py --src /work/rw/lintsrc \
+        --write-figures codemods/rules/lint_set_figures.json
 
 No repository code is kept in the project: the labels name paths and lines only.
 """
@@ -141,6 +143,9 @@ def precision(args) -> None:
         for repo, path, line, code in gone_true:
             print(f"  lost TRUE: {repo} {path}:{line} {code}")
 
+    if args.write_figures:
+        write_figures(Path(args.write_figures), spec, linted, per_rule, severity, false_errors)
+
     if args.dump:
         with open(args.dump, "w", newline="") as handle:
             w = csv.writer(handle)
@@ -148,6 +153,38 @@ def precision(args) -> None:
             for repo, commit, f in unlabelled:
                 w.writerow([repo, commit, f["path"], f["line"], f["code"], "", "", f["severity"], f["message"]])
         print(f"\nwrote {len(unlabelled)} unlabelled findings to {args.dump}")
+
+
+def write_figures(path: Path, spec: dict, linted, per_rule, severity, false_errors) -> None:
+    """The per-rule figures that `dp2ddp rule` and docs/rules.md give as each rule's
+    reason to be in the default set (``Rule.DEFAULT``); also checks that policy."""
+    import importlib
+
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=HERE, capture_output=True,
+                            text=True).stdout.strip()
+    figures = {
+        "about": "lint_precision.py --write-figures: findings of every rule (--select ALL) on the lint set "
+                 "(lint_set.json), by the labels of lint_labels.csv",
+        "measured_at": commit,
+        "repositories": sorted(linted),
+        "rules": {
+            code: {"found": sum(c.values()), "true": c["TRUE"], "false": c["FALSE"],
+                   "debatable": c["DEBATABLE"], "unlabelled": c["UNLABELLED"],
+                   "false_errors": sum(1 for key, _ in false_errors if key[3] == code)}
+            for code, c in sorted(per_rule.items())
+        },
+    }
+    path.write_text(json.dumps(figures, indent=1) + "\n")
+    print(f"\nwrote the per-rule figures to {path}")
+    rules = importlib.import_module("dp2ddp.codemods.rules")
+    floor = rules.DEFAULT_PRECISION
+    for rule in rules.RULES:
+        c = figures["rules"].get(rule.CODE)
+        judged = c["true"] + c["false"] if c else 0
+        earned = not c or (c["false_errors"] == 0 and (not judged or c["true"] / judged >= floor))
+        if earned != rule.DEFAULT:
+            print(f"  {rule.CODE}: DEFAULT = {rule.DEFAULT}, but its figures say "
+                  f"{'on' if earned else 'off'} (precision floor {floor:.0%}, no false error)")
 
 
 def recall(args) -> None:
@@ -197,9 +234,14 @@ def main() -> None:
                     "copy of dp2ddp (the working tree may be mid-edit)")
     ap.add_argument("--dump", default="", help="write the unlabelled findings to this CSV")
     ap.add_argument("--max-list", type=int, default=50, help="unlabelled findings to list")
+    ap.add_argument("--write-figures", default="", metavar="JSON",
+                    help="write the per-rule figures (codemods/rules/lint_set_figures.json: the "
+                    "default-set reasons `dp2ddp rule` shows) and check each rule's DEFAULT against them")
     ap.add_argument("--no-recall", action="store_true")
     ap.add_argument("--recall-only", action="store_true")
     args = ap.parse_args()
+    if args.write_figures and not args.select:
+        args.select = "ALL"  # (the rules off by default are measured too: they may earn their place)
     if args.tool:
         print(f"dp2ddp at {(Path(args.tool) / 'COMMIT').read_text().strip()[:12]} (frozen copy {args.tool})")
     if not args.recall_only:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import pkgutil
 from typing import Dict, List, Type
 
@@ -25,4 +27,22 @@ def _discover() -> List[Type[Rule]]:
 RULES: List[Type[Rule]] = _discover()
 BY_CODE: Dict[str, Type[Rule]] = {r.CODE: r for r in RULES}
 
-__all__ = ["Diagnostic", "Rule", "RULES", "BY_CODE", "SECTIONS", "SEVERITIES"]
+#: a rule is in the default set when, on the lint set of real DDP repositories
+#: (``benchmarks/realworld/lint_precision.py``), at least this share of its judged
+#: findings are true and none of its false ones is an error
+DEFAULT_PRECISION = 0.9
+#: those figures, per code, as the benchmark last wrote them (``--write-figures``)
+FIGURES_FILE = os.path.join(os.path.dirname(__file__), "lint_set_figures.json")
+
+
+def lint_set_figures() -> Dict[str, object]:
+    """The benchmark's figures (``FIGURES_FILE``); empty when the file is absent."""
+    try:
+        with open(FIGURES_FILE, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
+
+__all__ = [
+    "Diagnostic", "Rule", "RULES", "BY_CODE", "SECTIONS", "SEVERITIES", "DEFAULT_PRECISION", "lint_set_figures",
+]

@@ -78,6 +78,11 @@ class Rule:
     #: unittest's conventions, ``_analysis.is_test_module``) that uses DataParallel,
     #: a device or a loader on purpose is not reported
     IN_TESTS: ClassVar[bool] = True
+    #: in the default set (as ruff's): False for a rule whose precision on real DDP
+    #: code (the lint set of ``benchmarks/realworld/``) is under ``DEFAULT_PRECISION``
+    #: or that gave a false error there; it then runs only when a selector names it
+    #: (its code, a prefix, ``ALL``)
+    DEFAULT: ClassVar[bool] = True
 
     @classmethod
     def can_fire(cls, text: str) -> bool:
