@@ -127,15 +127,16 @@ def _names_builtin_print(src: Source, target: ast.AST) -> bool:
 def configures_logging_by_rank(src: Source) -> bool:
     """The module sets up logging so that info shows on the main process only: a
     handler added only on rank 0 (``if distributed_rank > 0: return logger`` before
-    ``logger.addHandler(...)``, or ``addHandler`` under ``if rank == 0:``), a
+    ``logger.addHandler(...)``, or ``addHandler``/``basicConfig`` under ``if rank ==
+    0:``), a
     ``logging.Filter`` whose ``filter`` asks for the rank, or a level chosen by
     the rank (``basicConfig(level=INFO if rank in [-1, 0] else WARN)``)."""
     if not _RANK_HANDLERS.search(src.text):
         return False
     for call in src.calls:
         name = last_name(call.func)
-        if name == "addHandler" and on_main_process_only(src, call):
-            return True
+        if name in ("addHandler", "basicConfig") and on_main_process_only(src, call):
+            return True  # (without a handler, the other ranks' info goes nowhere: DiT's create_logger)
         if name in ("basicConfig", "setLevel"):
             for value in (*call.args, *(k.value for k in call.keywords if k.arg == "level")):
                 if isinstance(value, ast.IfExp) and is_rank_dependent(src, value.test):

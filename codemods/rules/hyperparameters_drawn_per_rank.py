@@ -38,7 +38,8 @@ class HyperparametersDrawnPerRank(Rule):
     alone (DDP broadcasts the initial weights anyway). Also a vocabulary
     numbered in a set's order (`word_list = list(set(words))`, then
     `enumerate(word_list)`): string hashes, and so a set's order, differ per
-    process.
+    process. A draw in a function that starts the ranks itself (`mp.spawn(worker,
+    (args,), nprocs=n)`) is made once, before they exist, and handed to each.
 
     ## Why is this bad?
     Each DDP process has its own random state, so each draws its own value. A
@@ -171,6 +172,7 @@ def setup_draws(src: Source) -> List[tuple]:
     the module level / the ``__main__`` block; not in a loop, a comprehension or a
     class; not a seed."""
     entry_functions = _entry_functions(src)
+    launchers = _launchers(src) if "spawn" in src.text or "start_processes" in src.text else set()
     broadcast = {
         dotted(a) for c in src.calls if last_name(c.func) in _SHARING for a in c.args[:1]
     } - {""}
@@ -188,8 +190,21 @@ def setup_draws(src: Source) -> List[tuple]:
         scope = _setup_scope(src, stmt)
         if scope is None or scope != "module" and scope not in entry_functions:
             continue
+        if scope != "module" and scope in launchers:
+            continue  # drawn once, in the process that spawns the ranks (handed to them in ``args``)
         found.append((stmt, call))
     return found
+
+
+def _launchers(src: Source) -> Set[str]:
+    """Top-level functions that start the ranks themselves (``mp.spawn(main_worker,
+    (args,), nprocs=n)``): they run in the launching process only, before any rank
+    exists, and what they draw reaches every rank alike through the spawn's
+    arguments (the barlowtwins/VICReg ``dist_url`` with a random port)."""
+    return {
+        f.name for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and any(isinstance(c, ast.Call) and src.qualname(c.func) in N.SPAWN for c in ast.walk(f))
+    }
 
 
 def _setup_scope(src: Source, node: ast.AST) -> Optional[object]:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 from typing import Iterator
 
 from .. import _names as N
-from .._analysis import Source, keyword
+from .._analysis import Source, environ_key, is_rank_dependent, keyword
 from ._base import Diagnostic, Rule
 
 
@@ -14,7 +15,8 @@ class MissingSetDevice(Rule):
     ## What it does
     Reports `init_process_group` in a script that uses CUDA but never calls
     `torch.cuda.set_device(local_rank)` (and does not pass `device_id=` to
-    `init_process_group`).
+    `init_process_group`), unless it shows each process only its own GPU
+    (`os.environ["CUDA_VISIBLE_DEVICES"] = str(rank % 8)` before CUDA starts).
 
     ## Why is this bad?
     Until a process picks its GPU, CUDA work without an explicit index -- NCCL's
@@ -58,7 +60,23 @@ class MissingSetDevice(Rule):
             return
         if not _uses_cuda(src):
             return
+        if _visible_devices_per_rank(src):
+            return  # each process sees only its own GPU: plain "cuda" is it
         yield self.diagnostic(src, inits[0])
+
+
+def _visible_devices_per_rank(src: Source) -> bool:
+    """``os.environ["CUDA_VISIBLE_DEVICES"] = f"{rank % 8}"`` (guided-diffusion's
+    ``setup_dist``), ``= os.environ["LOCAL_RANK"]``: the process is shown one GPU,
+    chosen by its rank, which is device 0 to it."""
+    if "CUDA_VISIBLE_DEVICES" not in src.text:
+        return False
+    for node in src.of_type(ast.Assign):
+        if any(environ_key(src, t) == "CUDA_VISIBLE_DEVICES" for t in node.targets):
+            text = src.segment(node.value).lower()
+            if is_rank_dependent(src, node.value) or "rank" in text or "gpu" in text:
+                return True
+    return False
 
 
 def _uses_cuda(src: Source) -> bool:
