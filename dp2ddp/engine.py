@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
+import gc
 import os
 import sys
 import traceback
@@ -471,12 +472,165 @@ def _not_round_tripped(path: str, data: bytes, again: bytes) -> str:
     )
 
 
+#: the cyclic collector's thresholds while a file is converted: LibCST makes and
+#: drops millions of small objects per transform, and with the default (700, 10, 10)
+#: the full collections that a large heap triggers took 11% of a 10,000-line
+#: file's conversion, growing with the file (benchmarks/convert_scale.py: 102 s ->
+#: 91 s, peak memory 378 -> 395 MB)
+_CONVERT_GC_THRESHOLDS = (20_000, 10, 10)
+
+
 def _convert_one(job) -> tuple:
     """Convert one file of the program (runs in a worker process with -j):
     returns (path, output, findings, error, internal, lasting).  ``lasting``:
     the result follows from the job alone -- not so when the stack or the memory
     ran out, which depends on where the conversion ran (a worker, or a deeper
     stack in-process); such a result is not cached."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*_CONVERT_GC_THRESHOLDS)
+    try:
+        return _convert_one_file(job)
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _convert_one_file(job) -> tuple:
+    result = _convert_as_written(job)
+    if result[3] is not None and "too deeply nested" in result[3]:
+        held = _convert_holding_deep_statements(job)
+        if held is not None:
+            return held
+    return result
+
+
+#: how many statements too deeply nested for LibCST a file may have held back
+_MAX_HELD = 8
+
+
+@dataclass
+class _Held:
+    """A statement too deeply nested for LibCST (a 2,500-term expression that
+    CPython compiles), held out of the conversion as a placeholder line."""
+
+    name: str  # the placeholder's name (a line of its own in the held-back file)
+    first: int  # its lines in the file, 1-based, inclusive
+    last: int
+    column: int  # (character column, 1-based)
+    lines: List[bytes]  # as written
+
+
+def _hold_deepest(data: bytes, held: List[_Held]) -> Optional[bytes]:
+    """``data`` (already holding ``held`` back) with its most deeply nested simple
+    statement replaced by a placeholder line -- or None where that cannot be done
+    cleanly: a compound statement's header, a statement sharing a line."""
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    best, where = -1, None
+    stack: List[tuple] = [(tree, 0, None)]
+    while stack:
+        node, depth, statement = stack.pop()
+        if isinstance(node, ast.stmt):
+            statement = node
+        if depth > best:
+            best, where = depth, statement
+        stack.extend((child, depth + 1, statement) for child in ast.iter_child_nodes(node))
+    if where is None or any(isinstance(getattr(where, f, None), list) for f in ("body", "orelse", "handlers")):
+        return None
+    lines = data.splitlines(keepends=True)
+    first, last = where.lineno, where.end_lineno or where.lineno
+    head, tail = lines[first - 1][: where.col_offset], lines[last - 1][where.end_col_offset or 0:]
+    if head.strip() or tail.strip() and not tail.strip().startswith(b"#"):
+        return None  # (another statement on its lines)
+    name = f"__dp2ddp_held_{len(held)}__"
+    newline = b"\r\n" if lines[last - 1].endswith(b"\r\n") else b"\n"
+    text_lines = decode(data).splitlines()
+    file_first = _file_line(held, first)  # (earlier holds shrank the text above)
+    held.append(_Held(name, file_first, file_first + last - first,
+                      character_column(text_lines, first, where.col_offset) if first <= len(text_lines) else 1,
+                      lines[first - 1:last]))
+    return b"".join(lines[: first - 1] + [head + name.encode() + newline] + lines[last:])
+
+
+def _convert_holding_deep_statements(job) -> Optional[tuple]:
+    """Convert the file with the statements too deeply nested for LibCST held back
+    (a placeholder line each, put back as written afterwards), so that the rest of
+    the file is converted: a held statement is reported -- left for a human when
+    it holds words a transform acts on, a note otherwise.  None when they cannot
+    be held back (then the file is left unchanged, as before)."""
+    path, data, role, settings, skip = job
+    held: List[_Held] = []
+    current = data
+    result = None
+    for _ in range(_MAX_HELD):
+        current = _hold_deepest(current, held)
+        if current is None:
+            return None
+        result = _convert_as_written((path, current, role, settings, skip))
+        if result[3] is None or "too deeply nested" not in result[3]:
+            break
+    if result is None or result[3] is not None:
+        return None
+    _, output, findings, _, internal, lasting = result
+    if output is not None and output != current:
+        output = _put_back(output, held)
+        if output is None:
+            return None
+    else:
+        output = data
+    from dp2ddp.codemods import TRANSFORMS
+
+    words = [t for transform in TRANSFORMS for t in transform.TRIGGERS]
+
+    def acted_on(text: str) -> bool:
+        return any(w.search(text) if hasattr(w, "search") else w in text for w in words)
+
+    for finding in findings:  # (lines of the held-back text -> the file's)
+        finding.line = _file_line(held, finding.line)
+    reports = []
+    for h in sorted(held, key=lambda h: h.first):
+        text = b"".join(h.lines).decode("utf-8", "replace")
+        manual = acted_on(text)
+        reports.append(Finding(
+            "DDP900", "manual" if manual else "note", h.first, h.column,
+            "too deeply nested for LibCST (CPython compiles it): this statement is kept as written and "
+            + ("was not converted -- it uses what the conversion changes elsewhere: convert it by hand"
+               if manual else "was not converted; nothing in it is what the conversion changes"),
+            "", path,
+        ))
+    return path, output, sorted(reports + list(findings), key=lambda f: (f.line, f.column)), None, internal, lasting
+
+
+def _file_line(held: List[_Held], line: int) -> int:
+    """The line of the file as written of ``line`` of the text with ``held`` held
+    back (each a placeholder line where its statement began)."""
+    shift = 0
+    for h in sorted(held, key=lambda h: h.first):
+        placeholder = h.first - shift  # (its line in the held-back text)
+        if placeholder >= line:
+            break
+        shift += h.last - h.first
+    return line + shift
+
+
+def _put_back(output: bytes, held: List[_Held]) -> Optional[bytes]:
+    """The converted text with each placeholder line replaced by its statement as
+    written (its first line at the placeholder's indentation; continuation lines
+    as they were); None when a placeholder is not on one line of its own, once."""
+    lines = output.splitlines(keepends=True)
+    for h in held:
+        where = [i for i, line in enumerate(lines) if line.strip() == h.name.encode()]
+        if len(where) != 1:
+            return None
+        index = where[0]
+        indent = lines[index][: len(lines[index]) - len(lines[index].lstrip())]
+        first = indent + h.lines[0].lstrip()
+        lines[index: index + 1] = [first, *h.lines[1:]]
+    return b"".join(lines)
+
+
+def _convert_as_written(job) -> tuple:
     path, data, role, settings, skip = job
     try:
         module = _parse(path, data)
