@@ -1027,8 +1027,35 @@ def is_main_process_check(src: Source, test: ast.AST) -> bool:
     if isinstance(test, ast.Call):
         return bool(_MAIN_FUNC.match(last_name(test.func)))
     if isinstance(test, (ast.Name, ast.Attribute)):
-        return bool(_MAIN_VAR.match(last_name(test)))
+        return bool(_MAIN_VAR.match(last_name(test))) or dotted(test) in main_process_flags(src)
     return False
+
+
+def main_process_flags(src: Source) -> Set[str]:
+    """Names (``save_logs``, ``args.save_logs``) every assignment of which is a
+    main-process check: open_clip's ``args.save_logs = args.logs and ... and
+    is_master(args)``, then ``if args.save_logs: torch.save(...)``."""
+    found = src.cache.get("main_process_flags")
+    if found is not None:
+        return found  # type: ignore[return-value]
+    src.cache["main_process_flags"] = set()  # (while it is worked out: no flag yet)
+    values: Dict[str, List[ast.AST]] = {}
+    if "and" in src.text:
+        assigns = src.of_type(ast.Assign)
+        candidates = {dotted(t) for n in assigns if isinstance(n.value, ast.BoolOp) for t in n.targets} - {""}
+        for node in assigns:
+            for target in node.targets:
+                if dotted(target) in candidates:
+                    values.setdefault(dotted(target), []).append(node.value)
+    flags = {
+        name for name, assigned in values.items()
+        if all(isinstance(v, ast.BoolOp) and isinstance(v.op, ast.And) and is_main_process_check(src, v)
+               for v in assigned)
+        and not any(isinstance(n, (ast.AugAssign, ast.AnnAssign)) and dotted(n.target) == name
+                    for n in src.of_type(ast.AugAssign, ast.AnnAssign))
+    }
+    src.cache["main_process_flags"] = flags
+    return flags
 
 
 def _not_distributed(src: Source, node: ast.AST) -> bool:
@@ -1048,6 +1075,20 @@ def _not_distributed(src: Source, node: ast.AST) -> bool:
     return False
 
 
+def _distributed_mode_test(src: Source, node: ast.AST) -> bool:
+    """``rank != -1``, ``args.local_rank == -1``, ``RANK > -1``, ``rank >= 0``: true
+    on every rank of a distributed run or on none (-1: launched without one)."""
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+        return False
+    left, op, right = node.left, node.ops[0], node.comparators[0]
+    value = _int_value(right)
+    mode = (
+        value == -1 and isinstance(op, (ast.Eq, ast.NotEq, ast.Gt, ast.LtE))
+        or value == 0 and isinstance(op, (ast.GtE, ast.Lt))
+    )
+    return mode and is_rank_expr(src, left)
+
+
 def _not_initialized(node: ast.AST) -> bool:
     return (
         isinstance(node, ast.UnaryOp)
@@ -1058,7 +1099,14 @@ def _not_initialized(node: ast.AST) -> bool:
 
 
 def is_rank_dependent(src: Source, test: ast.AST) -> bool:
-    """A condition whose value may differ between ranks because it asks for the rank."""
+    """A condition whose value may differ between ranks because it asks for the rank.
+    ``RANK != -1`` / ``args.local_rank == -1`` asks whether the run is distributed
+    at all (yolov5's ``if RANK != -1: dist.broadcast_object_list(...)``): the same on
+    every rank of a run."""
+    if _distributed_mode_test(src, test):
+        return False
+    if isinstance(test, ast.BoolOp) and not is_main_process_check(src, test):
+        return any(is_rank_dependent(src, v) for v in test.values)
     if is_main_process_check(src, test):
         return True
     for sub in ast.walk(test):
@@ -1115,6 +1163,8 @@ def calls_of(src: Source, func: ast.AST) -> List[ast.Call]:
     """The calls of the function ``func`` in this file, by its name (``f(...)``,
     ``self.f(...)``)."""
     name: Optional[str] = getattr(func, "name", None)
+    if name == "__init__" and isinstance(src.parent(func), ast.ClassDef):
+        name = src.parent(func).name  # (``Labels(path)`` runs ``Labels.__init__``)
     return calls_of_name(src, name) if name else []
 
 
@@ -1400,10 +1450,25 @@ def per_rank_target(src: Source, target: ast.AST, depth: int = 3) -> bool:
     # of: ``net.__class__.__name__`` does not make the path per rank because ``net``
     # was wrapped with ``device_ids=[local_rank]``)
     for name in {n.id for n in ast.walk(target) if isinstance(n, ast.Name) and id(n) not in objects}:
-        for value in bound_values(src, name, with_items=True):
+        for value in bound_values(src, name, with_items=True) + _loop_sources(src, name):
             if value is not target and per_rank_target(src, value, depth - 1):
                 return True
     return False
+
+
+def _loop_sources(src: Source, name: str) -> List[ast.AST]:
+    """What the loops that bind ``name`` iterate over: EDM's ``for batch in
+    batches[rank::world]:`` makes each seed, and so each file named after it, this
+    rank's own."""
+    index = src.cache.get("loop_sources")
+    if index is None:
+        index = {}
+        for loop in src.of_type(ast.For, ast.AsyncFor, ast.comprehension):
+            for node in ast.walk(loop.target):
+                if isinstance(node, ast.Name):
+                    index.setdefault(node.id, []).append(loop.iter)
+        src.cache["loop_sources"] = index
+    return list(index.get(name, ()))  # type: ignore[union-attr]
 
 
 _FILE_HANDLERS = ("logging.FileHandler", "logging.handlers.RotatingFileHandler")
@@ -1666,16 +1731,68 @@ def pure_writes(stmt: ast.With) -> bool:
 
 def on_main_process_only(src: Source, node: ast.AST) -> bool:
     """``node`` runs on the main process only: under ``if rank == 0:``, or after an
-    early ``if rank != 0: return`` in its function."""
+    early ``if rank != 0: return`` in its function -- or where a run has one
+    process only (``asserted_single_process``)."""
     child = node
     for anc in src.ancestors(node):
         if isinstance(anc, ast.If) and child in anc.body and is_main_process_check(src, anc.test):
             return True
         if isinstance(anc, ast.If) and child in anc.orelse and is_not_main_check(src, anc.test):
             return True
+        if isinstance(anc, ast.If) and child is not anc.test and asserted_single_process(src, anc, child):
+            return True
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return _main_only_decorated(anc) or _early_return_unless_main(src, anc, node)
+            return _main_only_decorated(anc) or _early_return_unless_main(src, anc, node) or _early_return_unless_flag(
+                src, anc, node
+            )
         child = anc
+    return False
+
+
+def _early_return_unless_flag(src: Source, func: ast.AST, node: ast.AST) -> bool:
+    """After ``if not opt.evolve: return train(opt)`` of a function that asserts
+    ``not opt.evolve`` in a distributed run: one process only."""
+    line = getattr(node, "lineno", 0)
+    for stmt in func.body:  # type: ignore[attr-defined]
+        if getattr(stmt, "lineno", 0) >= line:
+            break
+        if (
+            isinstance(stmt, ast.If) and isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not)
+            and dotted(stmt.test.operand) and stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Raise))
+            and _asserted_unset_when_distributed(src, func, dotted(stmt.test.operand), stmt.lineno)
+        ):
+            return True
+    return False
+
+
+def asserted_single_process(src: Source, branch: ast.If, child: ast.AST) -> bool:
+    """``child`` is the side of ``branch`` that runs only when a flag is set that the
+    function asserts unset in a distributed run: yolov5's ``if LOCAL_RANK != -1:
+    assert not opt.evolve, ...`` then ``if not opt.evolve: train(...) else:
+    <evolve, one process>``."""
+    test, negated = branch.test, False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, negated = test.operand, True
+    flag = dotted(test)
+    if not flag or (child in branch.body) == negated:
+        return False
+    return _asserted_unset_when_distributed(src, src.function_of(branch), flag, branch.lineno)
+
+
+def _asserted_unset_when_distributed(src: Source, func: Optional[ast.AST], flag: str, before: int) -> bool:
+    """``func`` asserts ``not flag`` in a block that runs in a distributed run only
+    (``if LOCAL_RANK != -1:``, ``if args.distributed:``), above line ``before``."""
+    for block in src.of_type(ast.If):
+        if src.function_of(block) is not func or block.lineno >= before:
+            continue
+        if not (_distributed_mode_test(src, block.test) and isinstance(block.test.ops[0], (ast.NotEq, ast.Gt))
+                or "distributed" in dotted(block.test).lower()):
+            continue
+        for stmt in block.body:
+            if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.UnaryOp) and isinstance(
+                stmt.test.op, ast.Not
+            ) and dotted(stmt.test.operand) == flag:
+                return True
     return False
 
 

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from . import _names as N
 from ._analysis import (
     Source, called_only_on_main, calls_of_name, dotted, environ_key, is_rank_dependent, last_name,
     on_main_process_only,
@@ -376,29 +377,79 @@ def loads_what_it_is_handed(src: Source, call: ast.Call) -> bool:
     imports, found by its name -- calls ``load_state_dict``: the objects handed to
     it may be loaded from a checkpoint (DINO's ``utils.restart_from_checkpoint(path,
     state_dict=linear_classifier)`` loads each keyword's value)."""
+    return any(_calls_load_state_dict(f) for _, f in definitions_called(src, call))
+
+
+def imported_package_roots(src: Source) -> set:
+    """The top-level packages the file's names come from (``detectron2`` for
+    ``from detectron2.engine import launch``, ``torch_utils`` for the project's own
+    ``from torch_utils import distributed as dist``), but not torch's nor the
+    standard library's: ``torch.compile(main)``, ``threading.Thread(target=main)``,
+    ``functools.partial(main)`` start no process group."""
+    import sys
+
+    return {q.split(".")[0] for q in src.aliases.values()} - {"torch", "builtins"} - set(sys.stdlib_module_names)
+
+
+def project_setup_calls(src: Source) -> List[ast.Call]:
+    """The calls of this file into an imported module's function that calls
+    ``init_process_group`` (``dist.init()`` of EDM's own wrapper module)."""
+    roots = imported_package_roots(src)
+    return [
+        call for call in src.calls
+        if src.qualname(call.func).split(".", 1)[0] in roots and sets_up_the_process_group(src, call)
+    ] if roots else []
+
+
+def sets_up_the_process_group(src: Source, call: ast.Call) -> bool:
+    """The function ``call`` calls (this file's or an imported module's, by its
+    name) calls ``init_process_group``: EDM's ``dist.init()`` of its own
+    ``torch_utils/distributed.py``, imported as ``dist``."""
+    return any(
+        isinstance(c, ast.Call) and module.qualname(c.func) in N.INIT_PROCESS_GROUP
+        for module, f in definitions_called(src, call) for c in ast.walk(f)
+    )
+
+
+def imported_module_texts(src: Source) -> Dict[str, str]:
+    """The texts of the project's module files this file imports (one level: beside
+    it, in the folders above, relative imports), read once per file; the files read
+    are kept in ``src.cache["imported_files"]`` for the cache."""
+    texts = src.cache.get("imported_texts")
+    if texts is None:
+        texts = {}
+        if not src.path.startswith("<"):
+            for path in dict.fromkeys(imported_module_files(src.path, src.text, ANCESTOR_LEVELS)):
+                if os.path.isfile(path):
+                    text = _read_text(path)
+                    if text is not None:
+                        texts[path] = text
+        src.cache["imported_texts"] = texts
+        src.cache["imported_files"] = tuple(dict.fromkeys([*src.cache.get("imported_files", ()), *texts]))
+    return texts  # type: ignore[return-value]
+
+
+def definitions_called(src: Source, call: ast.Call) -> List[Tuple[Source, ast.AST]]:
+    """(module, function definition) of what ``call`` calls by its last name:
+    this file's top-level functions of that name, else those of the modules the
+    file imports (read on disk, one level; ``src.cache["imported_files"]`` keeps
+    them for the cache).  Not torch's nor a package's outside the project."""
     name = last_name(call.func)
     if not name:
-        return False
-    if any(f.name == name and _calls_load_state_dict(f) for f in src.of_type(ast.FunctionDef)):
-        return True
-    if src.path.startswith("<"):
-        return False
-    read: List[str] = []
-    found = False
-    for path in dict.fromkeys(imported_module_files(src.path, src.text, ANCESTOR_LEVELS)):
-        if not os.path.isfile(path):
-            continue
-        text = _read_text(path)
-        read.append(path)
-        if text is None or f"def {name}(" not in text:
+        return []
+    here = [f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name]
+    if here:
+        return [(src, f) for f in here]
+    if src.path.startswith("<") or src.qualname(call.func).split(".", 1)[0] == "torch":
+        return []
+    found: List[Tuple[Source, ast.AST]] = []
+    for path, text in imported_module_texts(src).items():
+        if f"def {name}(" not in text:
             continue
         module = _importer_source(path, text)
-        if module is not None and any(
-            f.name == name and _calls_load_state_dict(f) for f in module.of_type(ast.FunctionDef)
-        ):
-            found = True
-            break
-    src.cache["imported_files"] = tuple(dict.fromkeys([*src.cache.get("imported_files", ()), *read]))
+        if module is not None:
+            found += [(module, f) for f in module.tree.body
+                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name]
     return found
 
 
@@ -407,3 +458,37 @@ def _calls_load_state_dict(func: ast.AST) -> bool:
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "load_state_dict"
         for n in ast.walk(func)
     )
+
+
+# ------------------------------------------------------------------ names from installed packages
+#: packages whose objects are known (loguru's and absl's loggers log on every process)
+_KNOWN_PACKAGES = frozenset({"torch", "builtins", "logging", "loguru", "absl"})
+
+
+def made_outside_the_project(src: Source, name: str, hops: int = 2) -> bool:
+    """``name`` is imported, and -- through up to ``hops`` re-exports by the
+    project's own modules -- comes from a module that is not a file of the
+    project (an installed package): yolov5's ``from utils.general import LOGGER``,
+    where ``utils/general.py`` has ``from ultralytics.utils import LOGGER``.  What
+    such an object does (a logger's handlers by rank) is not in the files."""
+    qualified = src.aliases.get(name)
+    if not qualified or "." not in qualified or src.path.startswith("<"):
+        return False
+    module, _, attribute = qualified.rpartition(".")
+    if module.split(".", 1)[0] in _KNOWN_PACKAGES:
+        return False
+    folder = os.path.dirname(os.path.abspath(src.path))
+    files = [f for base in _folder_and_above(folder, ANCESTOR_LEVELS) for f in module_files(base, module)]
+    found = next((f for f in files if os.path.isfile(f)), None)
+    if found is None:
+        return not any(os.path.isdir(os.path.join(base, *module.split("."))) for base in _folder_and_above(folder, ANCESTOR_LEVELS))
+    if hops == 0:
+        return False
+    text = _read_text(found)
+    if text is None or attribute not in text:
+        return False
+    src.cache["imported_files"] = tuple(dict.fromkeys([*src.cache.get("imported_files", ()), found]))
+    module_src = _importer_source(found, text)
+    if module_src is None or attribute not in module_src.aliases:
+        return False  # (bound there: judged as the project's own)
+    return made_outside_the_project(module_src, attribute, hops - 1)

@@ -22,6 +22,7 @@ only edits where they point.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Set
 
@@ -588,3 +589,34 @@ def sampled_through_the_model(src: A.Source, stmt: ast.With) -> Optional[Set[str
         elif isinstance(node.func, ast.Attribute) and A.dotted(node.func.value) in models:
             return None  # (model.generate(...), model.sample(...): through DDP's attribute lookup)
     return called or None
+
+
+# ------------------------------------------------------------------ rank 0 first, then the others
+#: ``with torch_distributed_zero_first(rank):`` (yolov5, older transformers examples),
+#: ``with accelerator.main_process_first():``, ``training_args.main_process_first()``
+_MAIN_FIRST = re.compile(r"(?i)(zero|main_process|main|master|rank_?0|leader)_first$")
+
+
+def built_main_process_first(src: A.Source, node: ast.AST, depth: int = 3) -> bool:
+    """``node`` runs only inside ``with torch_distributed_zero_first(rank):``
+    blocks -- there, or in a function (a class's ``__init__`` and methods through
+    ``self.``) called only from such blocks, ``depth`` calls deep: the main process
+    builds first (a dataset's label cache, yolov5) while the others wait, and they
+    then find what it wrote (the load-or-build pattern)."""
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, ast.With) and child not in anc.items and any(
+            isinstance(i.context_expr, ast.Call) and _MAIN_FIRST.search(A.last_name(i.context_expr.func))
+            for i in anc.items
+        ):
+            return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            break
+        child = anc
+    func = src.function_of(node)
+    if func is None or depth == 0:
+        return False
+    owner = src.parent(func)
+    callee = owner if isinstance(owner, ast.ClassDef) and func.name == "__init__" else func
+    calls = A.calls_of_name(src, callee.name)
+    return bool(calls) and all(built_main_process_first(src, c, depth - 1) for c in calls)

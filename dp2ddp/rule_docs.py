@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dp2ddp.codemods.rules import DEFAULT_PRECISION, RULES, lint_set_figures
+from dp2ddp.codemods.rules import DEFAULT_MIN_JUDGED, DEFAULT_PRECISION, RULES, lint_set_figures
 
 
 def one(rule) -> str:
@@ -36,7 +36,10 @@ def default_set(rule) -> str:
             f"{counts['debatable']} debatable ({share}; {counts['false_errors']} false errors)"
         )
     state = "on by default" if rule.DEFAULT else "off by default (select it by code)"
-    policy = f"the default set takes a rule with at least {DEFAULT_PRECISION:.0%} true and no false error"
+    policy = (
+        f"the default set takes a rule with no false error and, once {DEFAULT_MIN_JUDGED} of its findings "
+        f"are judged, at least {DEFAULT_PRECISION:.0%} true"
+    )
     return f"Default set: {state} -- {measured}; {policy}."
 
 

@@ -842,6 +842,49 @@ def test_writer_of_a_logger_class_built_on_the_main_process_by_its_importer(tmp_
     assert "utils.py:7:23: DDP301" in result.output, result.output
 
 
+def test_what_the_projects_own_modules_and_installed_packages_decide(tmp_path):
+    """Shapes of EDM, yolov5 and the like, across files: a process group set up by
+    ``dist.init()`` of the project's own wrapper module imported as ``dist`` (no
+    DDP002; the wrapper leaves the teardown to its caller: no DDP008); a logger
+    re-exported from an installed package (``from ultralytics.utils import
+    LOGGER``: its handlers are the package's; not reported) while the project's
+    own logger is judged; a helper module's print whose only caller, ``misc.f()``,
+    runs on rank 0."""
+    (tmp_path / "tutils").mkdir()
+    (tmp_path / "tutils" / "__init__.py").write_text("")
+    (tmp_path / "tutils" / "distributed.py").write_text(
+        "import os\nimport torch\n\n\ndef init():\n"
+        "    torch.distributed.init_process_group(backend='gloo', init_method='env://')\n\n\n"
+        "def get_rank():\n    return torch.distributed.get_rank()\n"
+    )
+    (tmp_path / "tutils" / "misc.py").write_text(
+        "import torch\n\n\ndef print_module_summary(module):\n    print(module)\n\n\n"
+        "def rank():\n    return torch.distributed.get_rank()\n"
+    )
+    (tmp_path / "tutils" / "general.py").write_text(
+        "import logging\n\nfrom ultralytics.utils import LOGGER  # noqa: F401\n\nOWN_LOGGER = logging.getLogger('own')\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom tutils import distributed as dist\nfrom tutils import misc\n"
+        "from tutils.general import LOGGER, OWN_LOGGER\n\n\n"
+        "def main():\n    dist.init()\n    model = torch.nn.Linear(2, 2)\n"
+        "    if dist.get_rank() == 0:\n        misc.print_module_summary(model)\n"
+        "    ddp = torch.nn.parallel.DistributedDataParallel(model)\n"
+        "    LOGGER.info('hyperparameters')\n    OWN_LOGGER.info('hyperparameters')\n"
+        "    torch.distributed.destroy_process_group()\n\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    result = lint("--no-config", "--no-cache", ".", cwd=tmp_path)
+    found = [line for line in result.output.splitlines() if ": DDP" in line]
+    assert found == ["train.py:14:5: DDP301 [*] printed by every rank: print/log progress from the main process only"], result.output
+    (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text().replace(
+        "    if dist.get_rank() == 0:\n        misc.print_module_summary(model)\n",
+        "    misc.print_module_summary(model)\n",
+    ))
+    result = lint("--no-config", "--no-cache", ".", cwd=tmp_path)
+    assert "tutils/misc.py:5:5: DDP301" in result.output, result.output
+
+
 def _notebook(cells) -> str:
     return json.dumps({
         "cells": [

@@ -159,16 +159,15 @@ def test_a_rule_off_by_default_runs_only_when_a_selector_names_it(monkeypatch):
 def test_each_rules_default_is_what_its_figures_on_real_code_earn():
     """``Rule.DEFAULT`` follows the policy over the committed lint-set figures
     (``lint_set_figures.json``, written by benchmarks/realworld/lint_precision.py):
-    at least DEFAULT_PRECISION of the judged findings true, no false error."""
-    from dp2ddp.codemods.rules import DEFAULT_PRECISION, lint_set_figures
+    no false error and, once DEFAULT_MIN_JUDGED findings are judged, at least
+    DEFAULT_PRECISION of them true."""
+    from dp2ddp.codemods.rules import default_earned, lint_set_figures
 
     figures = lint_set_figures()
     assert len(figures["repositories"]) >= 10 and set(figures["rules"]) <= set(BY_CODE)
     for rule in RULES:
         counts = figures["rules"].get(rule.CODE)
-        judged = counts["true"] + counts["false"] if counts else 0
-        earned = not counts or counts["false_errors"] == 0 and (not judged or counts["true"] / judged >= DEFAULT_PRECISION)
-        assert rule.DEFAULT == earned, (rule.CODE, counts)
+        assert rule.DEFAULT == default_earned(counts), (rule.CODE, counts)
         assert ("on by default" if rule.DEFAULT else "off by default") in rule_docs_line(rule)
 
 
@@ -176,3 +175,11 @@ def rule_docs_line(rule) -> str:
     from dp2ddp import rule_docs
 
     return rule_docs.default_set(rule)
+
+
+def test_the_default_set_policy_over_figures():
+    from dp2ddp.codemods.rules import default_earned
+
+    figures = lambda true, false, errors=0: dict(true=true, false=false, false_errors=errors)  # noqa: E731
+    assert default_earned(None) and default_earned(figures(9, 1)) and default_earned(figures(0, 1))
+    assert not default_earned(figures(8, 2)) and not default_earned(figures(20, 1, errors=1))

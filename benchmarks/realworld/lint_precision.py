@@ -177,14 +177,12 @@ def write_figures(path: Path, spec: dict, linted, per_rule, severity, false_erro
     path.write_text(json.dumps(figures, indent=1) + "\n")
     print(f"\nwrote the per-rule figures to {path}")
     rules = importlib.import_module("dp2ddp.codemods.rules")
-    floor = rules.DEFAULT_PRECISION
     for rule in rules.RULES:
-        c = figures["rules"].get(rule.CODE)
-        judged = c["true"] + c["false"] if c else 0
-        earned = not c or (c["false_errors"] == 0 and (not judged or c["true"] / judged >= floor))
+        earned = rules.default_earned(figures["rules"].get(rule.CODE))
         if earned != rule.DEFAULT:
-            print(f"  {rule.CODE}: DEFAULT = {rule.DEFAULT}, but its figures say "
-                  f"{'on' if earned else 'off'} (precision floor {floor:.0%}, no false error)")
+            print(f"  {rule.CODE}: DEFAULT = {rule.DEFAULT}, but its figures say {'on' if earned else 'off'} "
+                  f"(precision floor {rules.DEFAULT_PRECISION:.0%} once {rules.DEFAULT_MIN_JUDGED} findings are "
+                  "judged, no false error)")
 
 
 def recall(args) -> None:

@@ -6,7 +6,7 @@ import importlib
 import json
 import os
 import pkgutil
-from typing import Dict, List, Type
+from typing import Dict, List, Optional, Type
 
 from ._base import Diagnostic, Rule, SECTIONS, SEVERITIES
 
@@ -31,6 +31,9 @@ BY_CODE: Dict[str, Type[Rule]] = {r.CODE: r for r in RULES}
 #: (``benchmarks/realworld/lint_precision.py``), at least this share of its judged
 #: findings are true and none of its false ones is an error
 DEFAULT_PRECISION = 0.9
+#: ... judged once it has at least this many findings there labelled true or false
+#: (fewer are too few to tell a rule's precision: it stays in the default set)
+DEFAULT_MIN_JUDGED = 5
 #: those figures, per code, as the benchmark last wrote them (``--write-figures``)
 FIGURES_FILE = os.path.join(os.path.dirname(__file__), "lint_set_figures.json")
 
@@ -44,5 +47,17 @@ def lint_set_figures() -> Dict[str, object]:
         return {}
 
 __all__ = [
-    "Diagnostic", "Rule", "RULES", "BY_CODE", "SECTIONS", "SEVERITIES", "DEFAULT_PRECISION", "lint_set_figures",
+    "Diagnostic", "Rule", "RULES", "BY_CODE", "SECTIONS", "SEVERITIES", "DEFAULT_PRECISION", "DEFAULT_MIN_JUDGED",
+    "default_earned", "lint_set_figures",
 ]
+
+
+def default_earned(counts: Optional[Dict[str, int]]) -> bool:
+    """What the figures of one rule (``lint_set_figures()["rules"][code]``, or None
+    when it had no finding) say of its place in the default set."""
+    if not counts:
+        return True
+    judged = counts["true"] + counts["false"]
+    if counts["false_errors"]:
+        return False
+    return judged < DEFAULT_MIN_JUDGED or counts["true"] / judged >= DEFAULT_PRECISION

@@ -164,9 +164,14 @@ def _flag_set_on_some_ranks(src: Source, node: ast.AST) -> Optional[ast.If]:
         and rank_branch(src, n) is not None
         for n in nodes
     )
-    shared = any(
-        isinstance(n, ast.Call) and is_collective(src, n)
-        and any(dotted(sub) == flag for arg in n.args for sub in ast.walk(arg))
+    handed = {
+        dotted(sub) for n in nodes if isinstance(n, ast.Call) and is_collective(src, n)
+        for arg in n.args for sub in ast.walk(arg)
+    } - {""}
+    # ``buf = [stop]; dist.broadcast_object_list(buf, 0); stop = buf[0]`` (yolov5)
+    shared = flag in handed or any(
+        isinstance(n, ast.Assign) and any(dotted(t) == flag for t in n.targets)
+        and dotted(n.value.value if isinstance(n.value, ast.Subscript) else n.value) in handed
         for n in nodes
     )
     return parent if set_on_some and not shared else None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from typing import Iterator, Optional
 
 from .. import _names as N
 from .._analysis import Source, is_collective
+from .._program import imported_package_roots, sets_up_the_process_group
 from ._base import Diagnostic, Rule
 
 _SETUP_HELPER = re.compile(r"(?i)(init|setup|set_up|launch).*(dist|ddp|process_group|parallel)|(dist|ddp).*(init|setup)")
@@ -58,6 +58,7 @@ class DDPWithoutProcessGroup(Rule):
             return
         first = None
         inits = []
+        roots = imported_package_roots(src)
         for call in src.calls:
             name = src.qualname(call.func)
             if name in N.SPAWN:
@@ -67,6 +68,9 @@ class DDPWithoutProcessGroup(Rule):
                 continue
             if _SETUP_HELPER.search(name.rsplit(".", 1)[-1]):
                 return
+            if name.split(".", 1)[0] in roots and sets_up_the_process_group(src, call):
+                inits.append(call)  # ``dist.init()`` of the project's own wrapper module (EDM)
+                continue
             if first is None and (name in N.DDP or is_collective(src, call)):
                 first = call
         if first is not None and not any(_reached(src, init, first) for init in inits):
@@ -88,17 +92,9 @@ def _handed_to_a_launcher(src: Source, user: ast.AST) -> bool:
         handed = any(isinstance(a, ast.Name) and a.id == func.name for a in call.args) or any(
             isinstance(k.value, ast.Name) and k.value.id == func.name for k in call.keywords
         )
-        if handed and "." in src.qualname(call.func) and src.qualname(call.func).split(".")[0] in _imported_roots(src):
+        if handed and "." in src.qualname(call.func) and src.qualname(call.func).split(".")[0] in imported_package_roots(src):
             return True
     return False
-
-
-def _imported_roots(src: Source) -> set:
-    """The top-level packages the file's names come from (``detectron2`` for
-    ``from detectron2.engine import launch``), but not torch's nor the standard
-    library's: ``torch.compile(main)``, ``threading.Thread(target=main)``,
-    ``functools.partial(main)`` start no process group."""
-    return {q.split(".")[0] for q in src.aliases.values()} - {"torch", "builtins"} - set(sys.stdlib_module_names)
 
 
 def _reached(src: Source, call: ast.Call, user: Optional[ast.AST] = None) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from typing import Iterator
 
 from .._analysis import Source
@@ -60,7 +61,7 @@ class DeprecatedLauncher(Rule):
                 for arg in call.args:
                     if isinstance(arg, ast.Constant) and arg.value in ("--local_rank", "--local-rank"):
                         default = next((k.value for k in call.keywords if k.arg == "default"), None)
-                        if default is None or "LOCAL_RANK" not in src.segment(default):
+                        if (default is None or "LOCAL_RANK" not in src.segment(default)) and _read(src):
                             yield self.diagnostic(src, call)
                         break
         for node in src.nodes:
@@ -78,3 +79,17 @@ class DeprecatedLauncher(Rule):
                 if "torch.distributed.launch" in names or module == "torch.distributed.launch":
                     yield self.diagnostic(src, node, "torch.distributed.launch is deprecated: use torch.distributed.run (torchrun)")
 
+
+_READ = re.compile(r"\.local_rank\b|\[['\"]local_rank['\"]\]|getattr\([^)]*['\"]local_rank['\"]")
+
+
+def _read(src: Source) -> bool:
+    """The parsed ``--local_rank`` is read somewhere -- ``args.local_rank``,
+    ``vars(args)["local_rank"]``, here or in a module the file imports (the set-up
+    helper it hands ``args`` to): an argument that nothing reads (SwAV's, "not used")
+    picks no device."""
+    if _READ.search(src.text):
+        return True
+    from .._program import imported_module_texts
+
+    return any(_READ.search(text) for text in imported_module_texts(src).values())

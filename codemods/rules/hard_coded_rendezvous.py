@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from .._analysis import Source
+from .._analysis import Source, environ_key
 from ._base import Diagnostic, Rule
 
 _KEYS = ("MASTER_ADDR", "MASTER_PORT")
@@ -57,6 +57,7 @@ class HardCodedRendezvous(Rule):
                         and isinstance(target.slice, ast.Constant)
                         and target.slice.value in _KEYS
                         and _literal(node.value)
+                        and not _only_when_unset(src, node, target.slice.value)
                     ):
                         yield self.diagnostic(src, node)
             elif isinstance(node, ast.Call) and src.qualname(node.func) == "os.putenv":
@@ -75,4 +76,29 @@ def _literal(value: ast.AST) -> bool:
     if isinstance(value, ast.JoinedStr):
         return all(isinstance(v, ast.Constant) or isinstance(v, ast.FormattedValue) and _literal(v.value)
                    for v in value.values)
+    return False
+
+
+def _only_when_unset(src: Source, node: ast.AST, key: str) -> bool:
+    """``node`` runs only when the launcher set no ``key``: under ``if "MASTER_PORT"
+    not in os.environ:`` or ``if not os.environ.get("MASTER_PORT"):`` (EDM) -- a
+    default, as ``os.environ.setdefault``; torchrun's value wins."""
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, ast.If) and child in anc.body:
+            test = anc.test
+            if (
+                isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotIn)
+                and isinstance(test.left, ast.Constant) and test.left.value == key
+                and src.qualname(test.comparators[0]) == "os.environ"
+            ):
+                return True
+            if (
+                isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+                and environ_key(src, test.operand) == key
+            ):
+                return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        child = anc
     return False

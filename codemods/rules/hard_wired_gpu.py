@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Iterator
 
-from .._analysis import Source, keyword, last_name, literal_gpu_indices, uses_distributed
+from .._analysis import Source, environ_key, keyword, last_name, literal_gpu_indices, uses_distributed
 from ._base import Diagnostic, Rule
 
 _CUDA_INDEX = re.compile(r"^cuda:\d+$")
@@ -78,6 +78,8 @@ class HardWiredGPU(Rule):
                     "at their LOCAL_RANK; choose the GPUs on the command line",
                 )
         for call in src.calls:
+            if _local_rank_is_zero_here(src, call):
+                continue  # ``if local_rank == 0: dist.barrier(device_ids=[0])``: 0 is this process's GPU
             name = src.qualname(call.func)
             if name == "torch.cuda.set_device" and call.args and (
                 _int_literal(call.args[0]) or _cuda_index_string(call.args[0])
@@ -110,6 +112,31 @@ class HardWiredGPU(Rule):
                     yield self.diagnostic(src, arg)
                 elif isinstance(arg, ast.Name) and arg.id in wired:
                     yield self.diagnostic(src, arg)
+
+
+def _local_rank_is_zero_here(src: Source, call: ast.Call) -> bool:
+    """``call`` runs under ``if local_rank == 0:`` (the local rank read under any
+    name that says so, or ``LOCAL_RANK`` from the environment) and names GPU 0 only:
+    there, 0 is the local rank (yolov5's ``torch_distributed_zero_first``)."""
+    literals = [n for n in ast.walk(call) if isinstance(n, ast.Constant) and isinstance(n.value, (int, str))
+                and not isinstance(n.value, bool)]
+    if any(isinstance(n.value, int) and n.value != 0 or isinstance(n.value, str) and n.value.startswith("cuda:")
+           and n.value != "cuda:0" for n in literals):
+        return False
+    child = call
+    for anc in src.ancestors(call):
+        if isinstance(anc, ast.If) and child in anc.body:
+            test = anc.test
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and (
+                isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value in (0, "0")
+            ):
+                left = test.left
+                if "local_rank" in src.segment(left).lower() or environ_key(src, left) == "LOCAL_RANK":
+                    return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        child = anc
+    return False
 
 
 def _one_visible_gpu(src: Source, node: ast.Assign) -> bool:

@@ -6,7 +6,7 @@ import ast
 from typing import Iterator
 
 from .. import _names as N
-from .._analysis import Source, argument, uses_distributed
+from .._analysis import Source, argument, per_rank_target, uses_distributed
 from ._base import Diagnostic, Rule
 
 
@@ -60,6 +60,8 @@ class LoadWithoutMapLocation(Rule):
                     continue  # ``torch.save(feats.cpu(), join(d, "trainfeat.pth"))`` ... ``torch.load(join(e, "trainfeat.pth"))``
                 if _other_branch_maps(src, call):
                     continue  # ``if args.gpu is None: load(p) else: load(p, map_location=loc)``
+                if call.args and per_rank_target(src, call.args[0]):
+                    continue  # ``queue{rank}.pth``: this rank's own file, saved from its own GPU (SwAV)
                 yield self.diagnostic(src, call)
 
 

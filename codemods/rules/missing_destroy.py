@@ -9,6 +9,7 @@ from typing import Iterator
 from .. import _names as N
 from .._analysis import Source
 from .._facts import is_main_guard
+from .._program import project_setup_calls
 from ._base import Diagnostic, Rule
 
 
@@ -48,13 +49,15 @@ class MissingDestroyProcessGroup(Rule):
     NAME = "missing-destroy-process-group"
     SEVERITY = "info"
     MESSAGE = "the process group is never destroyed: call dist.destroy_process_group() at the end"
-    TRIGGERS = ("init_process_group",)
+    TRIGGERS = ("init_process_group", "dist.init(", "distributed.init(")  # (the last two: a project wrapper, EDM)
 
     def check(self, src: Source) -> Iterator[Diagnostic]:
         from .ddp_without_process_group import _reached
 
         # (a set-up in a helper the file never calls starts no group)
         inits = [c for c in src.calls if src.qualname(c.func) in N.INIT_PROCESS_GROUP and _reached(src, c)]
+        if not inits and "init" in src.text:  # ``dist.init()`` of the project's own wrapper module (EDM)
+            inits = [c for c in project_setup_calls(src) if _reached(src, c)]
         if not inits or any(src.qualname(c.func) in N.DESTROY_PROCESS_GROUP for c in src.calls):
             return
         if not _is_script(src):
@@ -62,7 +65,7 @@ class MissingDestroyProcessGroup(Rule):
         yield self.diagnostic(src, inits[0])
 
 
-_SETUP_HELPER = re.compile(r"(?i)^_?(init|setup|set_up)(_\w*)?_?(dist|ddp|distributed|process|group|mode|parallel)\w*$|^_?setup$")
+_SETUP_HELPER = re.compile(r"(?i)^_?(init|setup|set_up)(_\w*)?_?(dist|ddp|distributed|process|group|mode|parallel)\w*$|^_?(setup|init)$")
 
 
 def _is_script(src: Source) -> bool:

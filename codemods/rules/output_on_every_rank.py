@@ -9,7 +9,6 @@ from .. import _names as N
 from .. import _writes as W
 from .._analysis import (
     Source,
-    called_only_on_main,
     last_name,
     is_main_process_check,
     is_not_main_check,
@@ -20,7 +19,7 @@ from .._analysis import (
     on_main_process_only,
     uses_distributed,
 )
-from .._program import imported_facts, runs_only_on_main_by_its_callers
+from .._program import imported_facts, made_outside_the_project, runs_only_on_main_by_its_callers
 from ._base import Diagnostic, Rule
 
 
@@ -140,12 +139,14 @@ class OutputOnEveryRank(Rule):
                 continue
             if logged and _handed_in(src, call.func):
                 continue  # ``def load_checkpoint(..., logger)``: judged where the logger is made
+            if logged and isinstance(call.func.value, ast.Name) and made_outside_the_project(src, call.func.value.id):
+                continue  # an installed package's logger (yolov5's LOGGER, ultralytics': rank 0 only)
             if _before_exit(src, call):
                 continue  # the last words of a process that stops: any rank may say them
             func = src.function_of(call)
             if func is not None:
-                if func not in main_only:
-                    main_only[func] = called_only_on_main(src, func)
+                if func not in main_only:  # (here, or by the files that import this one: EDM's misc.py)
+                    main_only[func] = runs_only_on_main_by_its_callers(src, call)
                 if main_only[func]:
                     continue  # ``if self.gpu_id == 0: self._save_snapshot(epoch)``
             if W.checked_present(src, call, names):

@@ -198,6 +198,8 @@ class SaveOnEveryRank(Rule):
             func = src.function_of(call)
             if func is not None and not called_unguarded(src, func):
                 continue
+            if func is not None and W.built_main_process_first(src, call):
+                continue  # rank 0 writes first; the others find the file (``torch_distributed_zero_first``)
             if name in N.TORCH_SAVE:
                 yield self.diagnostic(src, call)
             elif opened is not None:
