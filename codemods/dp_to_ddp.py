@@ -33,6 +33,7 @@ with a DDP path and a DataParallel fallback) nothing is changed.
 
 from __future__ import annotations
 
+import ast
 import re
 
 from typing import Dict, List, Optional, Set, Tuple, Union
@@ -85,6 +86,14 @@ class DataParallelToDDP(Transform):
         self.drop_imports_if_unused(lambda qualified, bound: qualified in N.DATA_PARALLEL)
         if self.role.in_program:
             self._report_models_trained_unwrapped()
+        for message in _messages_naming_data_parallel(self.ast_source):
+            stmt = self.statement_at(message.lineno)
+            if stmt is not None:
+                self.note(
+                    stmt,
+                    "this message still says DataParallel, which the converted program no longer "
+                    "uses: reword it (one process per GPU, DistributedDataParallel)",
+                )
         for reference in A.bare_data_parallel_references(self.ast_source):
             stmt = self.statement_at(reference.lineno)
             if stmt is not None:
@@ -1026,3 +1035,26 @@ def _loaded_back_message(name: str) -> str:
         f"process group); for a file that loads anywhere save {name}.module and wrap the loaded "
         "model again, or save a state_dict"
     )
+
+
+#: what shows a message: print, logging and logger methods, click.echo, tqdm.write
+_OUTPUT_CALLS = frozenset({"print", "info", "debug", "warning", "warn", "error", "log", "echo", "write"})
+_DATA_PARALLEL_IN_TEXT = re.compile(r"(?<!Distributed)DataParallel")
+
+
+def _messages_naming_data_parallel(src: A.Source) -> List[ast.AST]:
+    """The string constants of output calls that name DataParallel (``logger.info(
+    "Using %d GPUs with DataParallel", n)``): after the conversion they say what the
+    program no longer does."""
+    if "DataParallel" not in src.text:
+        return []
+    found = []
+    for call in src.calls:
+        if A.last_name(call.func) not in _OUTPUT_CALLS:
+            continue
+        for arg in call.args:
+            if any(isinstance(n, ast.Constant) and isinstance(n.value, str) and _DATA_PARALLEL_IN_TEXT.search(n.value)
+                   for n in ast.walk(arg)):
+                found.append(call)
+                break
+    return found

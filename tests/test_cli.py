@@ -619,3 +619,21 @@ def test_a_model_handed_to_another_modules_saving_class_is_noted_at_the_call(tmp
     notes = [line for line in result.output.splitlines() if "DDP303" in line]
     assert len(notes) == 1, result.output
     assert "run.py:12:" in notes[0] and "Learner (another module) saves the state_dict() of the model" in notes[0]
+
+
+def test_a_message_that_still_names_dataparallel_is_noted(tmp_path):
+    """``logger.info("Using %d GPUs with DataParallel", n)`` says, once converted,
+    what the program no longer does: named in the notes at its line (the code is
+    the author's to reword), not a message that merely names DDP."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import logging\n\nimport torch\nimport torch.nn as nn\n\nlogger = logging.getLogger(__name__)\n\n\n"
+        "def main():\n    model = nn.Linear(2, 2)\n    if torch.cuda.device_count() > 1:\n"
+        "        logger.info('Using %d GPUs with DataParallel', torch.cuda.device_count())\n"
+        "        model = nn.DataParallel(model)\n"
+        "    print('DistributedDataParallel is what we want')\n\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    result = CliRunner().invoke(cli, ["convert", str(script)], catch_exceptions=False)
+    notes = [line for line in result.output.splitlines() if "still says DataParallel" in line]
+    assert len(notes) == 1 and f"{script}:12:9: DDP001" in notes[0], result.output
