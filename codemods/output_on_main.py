@@ -125,6 +125,7 @@ class OutputOnMainProcess(MainProcessGuard):
                     W.MAIN_ONLY_USE_MESSAGE.format(name=name).replace(
                         "(made there only)", "(dp2ddp makes it there only)"
                     ),
+                    code="DDP309",
                 )
 
     def _writer_use(self, stmt: cst.BaseStatement) -> Optional[str]:

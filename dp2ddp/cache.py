@@ -190,6 +190,7 @@ class LintCache:
                 "version": __version__,
                 "code": code_fingerprint(),
                 "select": config.select,
+                "extend_select": config.extend_select,
                 "ignore": config.ignore,
                 "per_file_ignores": config.per_file_ignores,
                 "root": str(config.root) if config.root else None,

@@ -359,6 +359,10 @@ def _codes(values) -> tuple:
     show_default=True, help="Output format.",
 )
 @click.option("--select", multiple=True, metavar="CODES", help="Only these codes or prefixes (comma-separated).")
+@click.option(
+    "--extend-select", multiple=True, metavar="CODES",
+    help="Also these codes or prefixes, beside the selection or the default set (DDP301 is off by default).",
+)
 @click.option("--ignore", multiple=True, metavar="CODES", help="Skip these codes or prefixes (comma-separated).")
 @click.option(
     "--fail-on", type=click.Choice(["error", "warning", "info"]), default=None,
@@ -378,7 +382,7 @@ def _codes(values) -> tuple:
 @click.option("--no-cache", is_flag=True, help="Analyse every file, even unchanged ones.")
 @click.option("-j", "--jobs", type=click.IntRange(0), default=0, help="Processes (default: all cores, for large runs).")
 @_internal_errors
-def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_edits_wanted, config_path, no_config, exclude, quiet, no_cache, jobs):
+def lint(paths, fmt, select, extend_select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_edits_wanted, config_path, no_config, exclude, quiet, no_cache, jobs):
     """Report DataParallel usage and DDP pitfalls in PATHS (default: .).
 
     Text output is `path:line:col: CODE message`; a `[*]` marks findings that
@@ -414,6 +418,8 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_
             overrides["ignore"] = _codes(ignore)
         elif ignore:
             overrides["ignore"] = config.ignore + _codes(ignore)
+        if extend_select:
+            overrides["extend_select"] = (() if select else config.extend_select) + _codes(extend_select)
         if fail_on:
             overrides["fail_on"] = fail_on
         config = dataclasses.replace(config, **overrides)
@@ -423,6 +429,7 @@ def lint(paths, fmt, select, ignore, fail_on, exit_zero, fix, unsafe_fixes, fix_
             return f"{source}: [tool.dp2ddp] {key}"
 
         check_selectors(config.select, known, where("select", bool(select)))
+        check_selectors(config.extend_select, known, where("extend-select", bool(extend_select)))
         for code in config.ignore:  # (from the file, the command line, or both)
             check_selectors([code], known, where("ignore", code in _codes(ignore)))
         for pattern, codes in config.per_file_ignores:

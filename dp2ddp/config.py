@@ -34,6 +34,9 @@ class ConfigError(Exception):
 @dataclass(frozen=True)
 class LintConfig:
     select: Tuple[str, ...] = ()
+    #: added to the selection (``select``, or the default set): a rule that is off by
+    #: default, turned on (``extend-select = ["DDP301"]``)
+    extend_select: Tuple[str, ...] = ()
     ignore: Tuple[str, ...] = ()
     fail_on: str = "warning"
     exclude: Tuple[str, ...] = ()
@@ -105,11 +108,9 @@ def load_config(path: Optional[Path]) -> LintConfig:
         exclude = [exclude]  # (as select and ignore take one code)
     if not isinstance(exclude, list) or not all(isinstance(e, str) for e in exclude):
         raise ConfigError(f"{path}: exclude must be a list of patterns")
-    select = _codes(table.get("select", []), "select", path) + _codes(
-        table.get("extend-select", []), "extend-select", path
-    )
     return LintConfig(
-        select=select,
+        select=_codes(table.get("select", []), "select", path),
+        extend_select=_codes(table.get("extend-select", []), "extend-select", path),
         ignore=_codes(table.get("ignore", []), "ignore", path),
         fail_on=fail_on,
         exclude=tuple(exclude),

@@ -68,12 +68,15 @@ class FileLint(NamedTuple):
 def selected_rules(config: LintConfig) -> List[Rule]:
     """As ruff decides: the most specific selector that matches a code wins
     (``--select DDP302 --ignore DDP3`` keeps DDP302); on a tie, ignore wins.
-    With no selector, the default set: the rules whose ``DEFAULT`` is true."""
+    With no ``select``, the default set: the rules whose ``DEFAULT`` is true;
+    ``extend_select`` adds to either."""
     rules = []
     for rule_cls in RULES:
-        if not rule_cls.DEFAULT and not config.select:
-            continue  # (off by default: only a selector that names it runs it)
-        chosen = _specificity(rule_cls.CODE, config.select) if config.select else 0
+        if config.select:
+            chosen = _specificity(rule_cls.CODE, config.select)
+        else:  # the default set; a rule off by default runs only when a selector names it
+            chosen = 0 if rule_cls.DEFAULT else -1
+        chosen = max(chosen, _specificity(rule_cls.CODE, config.extend_select))
         if chosen >= 0 and chosen > _specificity(rule_cls.CODE, config.ignore):
             rules.append(rule_cls())
     return rules

@@ -273,7 +273,7 @@ def test_fix_is_not_held_by_a_noqa_for_a_finding_elsewhere(tmp_path):
     the line above): the fixes of the findings around it all apply."""
     path = tmp_path / "train.py"
     path.write_text(_DDP_LOOP.format(load_noqa="", save_noqa="  # noqa: DDP304", more=""))
-    result = lint(path, "--no-config", "--fix")
+    result = lint(path, "--no-config", "--extend-select", "DDP301", "--fix")
     fixed = path.read_text()
     assert "Fixed 1 file." in result.stdout
     assert not re.search(r": DDP30[124] ", result.stdout), result.stdout
@@ -471,10 +471,10 @@ def test_a_ddp_scripts_data_parallel_fallback_offers_no_fix_and_the_other_fixes_
     # (in the same file) is applied all the same
     script = tmp_path / "main.py"
     script.write_text(DDP_WITH_DATA_PARALLEL_FALLBACK)
-    data = json.loads(lint(script, "--no-config", "--no-cache", "--format", "json").stdout)
+    data = json.loads(lint(script, "--no-config", "--extend-select", "DDP301", "--no-cache", "--format", "json").stdout)
     fixes = {d["code"]: d["fix"] for d in data}
     assert fixes["DDP001"] is None and fixes["DDP301"] is not None
-    fixed = lint(script, "--no-config", "--no-cache", "--fix")
+    fixed = lint(script, "--no-config", "--extend-select", "DDP301", "--no-cache", "--fix")
     assert fixed.exit_code == 1  # the DataParallel stays, reported
     assert "dist.get_rank() == 0:\n                print(\"step\", step)" in script.read_text()
     assert "DDP301" not in fixed.stdout and "DDP001 DataParallel in use" in fixed.stdout
@@ -541,9 +541,9 @@ def test_fixes_keep_a_script_that_runs_without_a_process_group_running(tmp_path)
     fixes must not need a process group, nor a DDP model."""
     path = tmp_path / "train.py"
     path.write_text(RUNS_WITHOUT_A_GROUP)
-    before = lint(path, "--no-config")
+    before = lint(path, "--no-config", "--extend-select", "DDP301")
     assert {"DDP301", "DDP203"} <= {line.split()[1] for line in before.stdout.splitlines() if ": DDP" in line}
-    lint(path, "--no-config", "--fix")
+    lint(path, "--no-config", "--extend-select", "DDP301", "--fix")
     fixed = path.read_text()
     assert "not dist.is_initialized() or dist.get_rank() == 0" in fixed and "no_sync" in fixed
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -582,7 +582,7 @@ def test_unused_noqa_only_among_the_rules_that_ran(tmp_path):
     )
     alone = lint(path, "--no-config", "--no-cache", "--select", "DDP901")
     assert "DDP901" not in alone.stdout  # DDP302 did not run: its noqa is not known to be unused
-    everything = lint(path, "--no-config", "--no-cache")
+    everything = lint(path, "--no-config", "--extend-select", "DDP301", "--no-cache")
     assert "unused noqa: DDP301" in everything.stdout and "DDP302" not in everything.stdout.split("unused")[1]
 
 
@@ -707,11 +707,11 @@ def test_print_replaced_in_an_imported_module_is_followed_and_cached_with_it(tmp
     misc.write_text(_RANK_AWARE_PRINT)
     (tmp_path / "engine.py").write_text(_ENGINE)
     (tmp_path / "other.py").write_text(_ENGINE.replace("import util.misc as utils\n", ""))
-    result = lint("--no-config", ".", cwd=tmp_path)
+    result = lint("--no-config", "--extend-select", "DDP301", ".", cwd=tmp_path)
     assert "engine.py" not in result.output and "other.py:10:9: DDP301" in result.output, result.output
-    assert lint("--no-config", "engine.py", cwd=tmp_path).exit_code == 0
+    assert lint("--no-config", "--extend-select", "DDP301", "engine.py", cwd=tmp_path).exit_code == 0
     misc.write_text(_RANK_AWARE_PRINT.replace("    builtins.print = print\n", "    pass\n"))
-    result = lint("--no-config", "engine.py", cwd=tmp_path)
+    result = lint("--no-config", "--extend-select", "DDP301", "engine.py", cwd=tmp_path)
     assert "engine.py:11:9: DDP301" in result.output, result.output
 
 
@@ -835,10 +835,10 @@ def test_writer_of_a_logger_class_built_on_the_main_process_by_its_importer(tmp_
         "    else:\n        log_writer = None\n"
     )
     main.write_text(guarded)
-    result = lint("--no-config", "--no-cache", "utils.py", cwd=tmp_path)
+    result = lint("--no-config", "--extend-select", "DDP301", "--no-cache", "utils.py", cwd=tmp_path)
     assert "DDP301" not in result.output, result.output
     main.write_text(guarded.replace("    if global_rank == 0 and args.log_dir is not None:\n", "    if True:\n"))
-    result = lint("--no-config", "--no-cache", "utils.py", cwd=tmp_path)
+    result = lint("--no-config", "--extend-select", "DDP301", "--no-cache", "utils.py", cwd=tmp_path)
     assert "utils.py:7:23: DDP301" in result.output, result.output
 
 
@@ -874,14 +874,14 @@ def test_what_the_projects_own_modules_and_installed_packages_decide(tmp_path):
         "    torch.distributed.destroy_process_group()\n\n\n"
         "if __name__ == '__main__':\n    main()\n"
     )
-    result = lint("--no-config", "--no-cache", ".", cwd=tmp_path)
+    result = lint("--no-config", "--extend-select", "DDP301", "--no-cache", ".", cwd=tmp_path)
     found = [line for line in result.output.splitlines() if ": DDP" in line]
     assert found == ["train.py:14:5: DDP301 [*] printed by every rank: print/log progress from the main process only"], result.output
     (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text().replace(
         "    if dist.get_rank() == 0:\n        misc.print_module_summary(model)\n",
         "    misc.print_module_summary(model)\n",
     ))
-    result = lint("--no-config", "--no-cache", ".", cwd=tmp_path)
+    result = lint("--no-config", "--extend-select", "DDP301", "--no-cache", ".", cwd=tmp_path)
     assert "tutils/misc.py:5:5: DDP301" in result.output, result.output
 
 

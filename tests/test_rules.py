@@ -26,7 +26,8 @@ _EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
 
 
 def _lint(path: Path):
-    result = lint_sources({str(path): path.read_bytes()})
+    # (every rule: a rule off by default is checked by its fixtures too)
+    result = lint_sources({str(path): path.read_bytes()}, LintConfig(select=("ALL",)))
     assert result.crashes == [], result.crashes[0]
     return result.diagnostics
 
@@ -154,6 +155,10 @@ def test_a_rule_off_by_default_runs_only_when_a_selector_names_it(monkeypatch):
     for select in (("DDP301",), ("DDP3",), ("ALL",)):
         assert "DDP301" in codes(LintConfig(select=select)), select
     assert "DDP301" not in codes(LintConfig(select=("DDP302",)))
+    # extend-select adds it to the default set (or to a selection), as ruff's does
+    assert {"DDP301", "DDP302"} <= codes(LintConfig(extend_select=("DDP301",)))
+    assert codes(LintConfig(select=("DDP302",), extend_select=("DDP301",))) == {"DDP301", "DDP302"}
+    assert "DDP301" not in codes(LintConfig(extend_select=("DDP301",), ignore=("DDP301",)))
 
 
 def test_each_rules_default_is_what_its_figures_on_real_code_earn():
