@@ -1089,6 +1089,24 @@ def _distributed_mode_test(src: Source, node: ast.AST) -> bool:
     return mode and is_rank_expr(src, left)
 
 
+def runs_without_a_process_group(src: Source, node: ast.AST) -> bool:
+    """``node`` is in the body of ``if not dist.is_initialized():`` / ``if not
+    dist.is_available():`` (or another test true only without a process group,
+    ``_not_distributed``) in its function: where it runs there is no collective."""
+    child = node
+    for anc in src.ancestors(node):
+        if isinstance(anc, ast.If) and child in anc.body and (
+            _not_distributed(src, anc.test)
+            or isinstance(anc.test, ast.UnaryOp) and isinstance(anc.test.op, ast.Not)
+            and isinstance(anc.test.operand, ast.Call) and last_name(anc.test.operand.func) == "is_available"
+        ):
+            return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        child = anc
+    return False
+
+
 def _not_initialized(node: ast.AST) -> bool:
     return (
         isinstance(node, ast.UnaryOp)

@@ -401,32 +401,57 @@ def project_setup_calls(src: Source) -> List[ast.Call]:
     ] if roots else []
 
 
-def sets_up_the_process_group(src: Source, call: ast.Call) -> bool:
+def sets_up_the_process_group(src: Source, call: ast.Call, depth: int = 3) -> bool:
     """The function ``call`` calls (this file's or an imported module's, by its
-    name) calls ``init_process_group``: EDM's ``dist.init()`` of its own
-    ``torch_utils/distributed.py``, imported as ``dist``."""
-    return any(
-        isinstance(c, ast.Call) and module.qualname(c.func) in N.INIT_PROCESS_GROUP
-        for module, f in definitions_called(src, call) for c in ast.walk(f)
-    )
+    name) calls ``init_process_group`` -- itself, or through up to ``depth`` more
+    such calls: EDM's ``dist.init()`` of its own ``torch_utils/distributed.py``;
+    DINOv2's ``setup(args)`` of ``utils/config.py``, which calls
+    ``distributed.enable()``."""
+    for module, function in definitions_called(src, call):
+        calls = [c for c in ast.walk(function) if isinstance(c, ast.Call)]
+        if any(module.qualname(c.func) in N.INIT_PROCESS_GROUP for c in calls):
+            return True
+        if depth > 0 and any(
+            last_name(c.func) != last_name(call.func) and module.qualname(c.func).split(".", 1)[0] != "torch"
+            and sets_up_the_process_group(module, c, depth - 1)
+            for c in calls
+        ):
+            return True
+    return False
 
 
 def imported_module_texts(src: Source) -> Dict[str, str]:
     """The texts of the project's module files this file imports (one level: beside
     it, in the folders above, relative imports), read once per file; the files read
     are kept in ``src.cache["imported_files"]`` for the cache."""
-    texts = src.cache.get("imported_texts")
-    if texts is None:
-        texts = {}
-        if not src.path.startswith("<"):
-            for path in dict.fromkeys(imported_module_files(src.path, src.text, ANCESTOR_LEVELS)):
-                if os.path.isfile(path):
-                    text = _read_text(path)
-                    if text is not None:
-                        texts[path] = text
-        src.cache["imported_texts"] = texts
-        src.cache["imported_files"] = tuple(dict.fromkeys([*src.cache.get("imported_files", ()), *texts]))
-    return texts  # type: ignore[return-value]
+    paths = src.cache.get("imported_paths")
+    if paths is None:
+        paths = () if src.path.startswith("<") else tuple(
+            p for p in dict.fromkeys(imported_module_files(src.path, src.text, ANCESTOR_LEVELS)) if os.path.isfile(p)
+        )
+        src.cache["imported_paths"] = paths
+        src.cache["imported_files"] = tuple(dict.fromkeys([*src.cache.get("imported_files", ()), *paths]))
+    texts = {}
+    for path in paths:  # type: ignore[union-attr]
+        text = _current_text(path)  # (read again when the file changed: a module Source is kept)
+        if text is not None:
+            texts[path] = text
+    return texts
+
+
+#: module texts by (path, size, mtime): read once while the file is unchanged
+_TEXT_MEMO: Dict[Tuple[str, int, int], Optional[str]] = {}
+
+
+def _current_text(path: str) -> Optional[str]:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    key = (path, stat.st_size, stat.st_mtime_ns)
+    if key not in _TEXT_MEMO:
+        _TEXT_MEMO[key] = _read_text(path)
+    return _TEXT_MEMO[key]
 
 
 def definitions_called(src: Source, call: ast.Call) -> List[Tuple[Source, ast.AST]]:

@@ -885,6 +885,37 @@ def test_what_the_projects_own_modules_and_installed_packages_decide(tmp_path):
     assert "tutils/misc.py:5:5: DDP301" in result.output, result.output
 
 
+def test_a_process_group_set_up_a_few_calls_deep_in_the_projects_modules(tmp_path):
+    """DINOv2's shape: eval/linear.py calls setup_and_build_model() of eval/setup.py,
+    which calls utils/config.py's setup(), whose default_setup() calls
+    distributed.enable(), which calls init_process_group: no DDP002.  Cut the
+    chain at its end and the DDP wrap is reported."""
+    for folder in ("pkg", "pkg/eval", "pkg/utils", "pkg/distributed"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    enable = tmp_path / "pkg" / "distributed" / "__init__.py"
+    enable.write_text("import torch.distributed as dist\n\n\ndef enable():\n    dist.init_process_group('gloo')\n")
+    (tmp_path / "pkg" / "utils" / "config.py").write_text(
+        "import pkg.distributed as distributed\n\n\ndef default_setup(args):\n    distributed.enable()\n\n\n"
+        "def setup(args):\n    default_setup(args)\n    return args\n"
+    )
+    (tmp_path / "pkg" / "eval" / "setup.py").write_text(
+        "from pkg.utils.config import setup\n\n\ndef setup_and_build_model(args):\n    return setup(args)\n"
+    )
+    (tmp_path / "pkg" / "eval" / "linear.py").write_text(
+        "import torch\nfrom torch.nn.parallel import DistributedDataParallel\n\n"
+        "from pkg.eval.setup import setup_and_build_model\n\n\n"
+        "def main(args):\n    setup_and_build_model(args)\n"
+        "    return DistributedDataParallel(torch.nn.Linear(2, 2))\n\n\n"
+        "if __name__ == '__main__':\n    main(None)\n"
+    )
+    result = lint("--no-config", "--no-cache", "pkg/eval/linear.py", cwd=tmp_path)
+    assert "DDP002" not in result.output, result.output
+    enable.write_text("def enable():\n    pass\n")
+    result = lint("--no-config", "--no-cache", "pkg/eval/linear.py", cwd=tmp_path)
+    assert "pkg/eval/linear.py:9:12: DDP002" in result.output, result.output
+
+
 def _notebook(cells) -> str:
     return json.dumps({
         "cells": [

@@ -18,6 +18,7 @@ from .._analysis import (
     rank_branch,
     uses_distributed,
 )
+from .._analysis import runs_without_a_process_group
 from ._base import Diagnostic, Rule
 
 
@@ -127,6 +128,8 @@ class CollectiveInRankBranch(Rule):
                 kind_of = type(node)
                 if _other_branch_has(src, branch, node, lambda n: isinstance(n, kind_of)):
                     continue  # the other ranks leave too
+                if runs_without_a_process_group(src, node):
+                    continue  # ``if not dist.is_initialized(): return``: no collective to miss (YOLOX)
                 scope = _left_scope(src, node)
                 # a break skips the rest of the loop's iterations (all of its body);
                 # a return skips what follows it in the function
