@@ -1047,12 +1047,12 @@ def main_process_flags(src: Source) -> Set[str]:
             for target in node.targets:
                 if dotted(target) in candidates:
                     values.setdefault(dotted(target), []).append(node.value)
+    rebound = {dotted(n.target) for n in src.of_type(ast.AugAssign, ast.AnnAssign)} if values else set()
     flags = {
         name for name, assigned in values.items()
         if all(isinstance(v, ast.BoolOp) and isinstance(v.op, ast.And) and is_main_process_check(src, v)
                for v in assigned)
-        and not any(isinstance(n, (ast.AugAssign, ast.AnnAssign)) and dotted(n.target) == name
-                    for n in src.of_type(ast.AugAssign, ast.AnnAssign))
+        and name not in rebound
     }
     src.cache["main_process_flags"] = flags
     return flags
@@ -1180,10 +1180,17 @@ def is_pure(node: ast.AST) -> bool:
 def calls_of(src: Source, func: ast.AST) -> List[ast.Call]:
     """The calls of the function ``func`` in this file, by its name (``f(...)``,
     ``self.f(...)``)."""
+    name = called_name(src, func)
+    return calls_of_name(src, name) if name else []
+
+
+def called_name(src: Source, func: ast.AST) -> Optional[str]:
+    """The name calls of ``func`` use: its own, or its class's for an ``__init__``
+    (``Labels(path)`` runs ``Labels.__init__``)."""
     name: Optional[str] = getattr(func, "name", None)
     if name == "__init__" and isinstance(src.parent(func), ast.ClassDef):
-        name = src.parent(func).name  # (``Labels(path)`` runs ``Labels.__init__``)
-    return calls_of_name(src, name) if name else []
+        return src.parent(func).name
+    return name
 
 
 def calls_of_name(src: Source, name: str) -> List[ast.Call]:
@@ -1232,7 +1239,8 @@ def called_only_on_main(src: Source, func: ast.AST) -> bool:
 
 
 # ------------------------------------------------------------------ DataParallel by name
-_DATA_PARALLEL_WORD = re.compile(r"(?<!Distributed)DataParallel")
+#: "DataParallel" in a text, not as part of "DistributedDataParallel"
+DATA_PARALLEL_WORD = re.compile(r"(?<!Distributed)DataParallel")
 
 
 def bare_data_parallel_references(src: Source) -> Iterator[ast.AST]:
@@ -1243,7 +1251,7 @@ def bare_data_parallel_references(src: Source) -> Iterator[ast.AST]:
     an annotation -- and so are a class's bases and imports (reported elsewhere).
     Shared by lint (DDP001) and convert (data-parallel-to-ddp reports it, wrap-model
     does not wrap a model that may go through it)."""
-    if not _DATA_PARALLEL_WORD.search(src.text):
+    if not DATA_PARALLEL_WORD.search(src.text):
         return
     # the local names bound to DataParallel by an import (``DataParallel``, ``DP``)
     names = {local for local, qualified in src.aliases.items() if qualified in N.DATA_PARALLEL}
@@ -1770,17 +1778,10 @@ def on_main_process_only(src: Source, node: ast.AST) -> bool:
 def _early_return_unless_flag(src: Source, func: ast.AST, node: ast.AST) -> bool:
     """After ``if not opt.evolve: return train(opt)`` of a function that asserts
     ``not opt.evolve`` in a distributed run: one process only."""
-    line = getattr(node, "lineno", 0)
-    for stmt in func.body:  # type: ignore[attr-defined]
-        if getattr(stmt, "lineno", 0) >= line:
-            break
-        if (
-            isinstance(stmt, ast.If) and isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not)
-            and dotted(stmt.test.operand) and stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Raise))
-            and _asserted_unset_when_distributed(src, func, dotted(stmt.test.operand), stmt.lineno)
-        ):
-            return True
-    return False
+    return _after_an_early_exit(func, node, lambda test: (
+        isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and bool(dotted(test.operand))
+        and _asserted_unset_when_distributed(src, func, dotted(test.operand), test.lineno)
+    ))
 
 
 def asserted_single_process(src: Source, branch: ast.If, child: ast.AST) -> bool:
@@ -1800,18 +1801,29 @@ def asserted_single_process(src: Source, branch: ast.If, child: ast.AST) -> bool
 def _asserted_unset_when_distributed(src: Source, func: Optional[ast.AST], flag: str, before: int) -> bool:
     """``func`` asserts ``not flag`` in a block that runs in a distributed run only
     (``if LOCAL_RANK != -1:``, ``if args.distributed:``), above line ``before``."""
-    for block in src.of_type(ast.If):
-        if src.function_of(block) is not func or block.lineno >= before:
-            continue
-        if not (_distributed_mode_test(src, block.test) and isinstance(block.test.ops[0], (ast.NotEq, ast.Gt))
-                or "distributed" in dotted(block.test).lower()):
-            continue
-        for stmt in block.body:
-            if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.UnaryOp) and isinstance(
-                stmt.test.op, ast.Not
-            ) and dotted(stmt.test.operand) == flag:
-                return True
-    return False
+    return any(line < before for line in _flags_asserted_unset_when_distributed(src).get((id(func), flag), ()))
+
+
+def _flags_asserted_unset_when_distributed(src: Source) -> Dict[Tuple[int, str], List[int]]:
+    """(id of the function, flag) -> the lines of the distributed-only blocks that
+    assert ``not flag`` there; worked out once per file (``on_main_process_only``
+    asks for every branch of every node it is given)."""
+    index = src.cache.get("flags_asserted_unset")
+    if index is None:
+        index = {}
+        if "assert" in src.text:
+            for block in src.of_type(ast.If):
+                if not (_distributed_mode_test(src, block.test) and isinstance(block.test.ops[0], (ast.NotEq, ast.Gt))
+                        or "distributed" in dotted(block.test).lower()):
+                    continue
+                for stmt in block.body:
+                    if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.UnaryOp) and isinstance(
+                        stmt.test.op, ast.Not
+                    ) and dotted(stmt.test.operand):
+                        key = (id(src.function_of(block)), dotted(stmt.test.operand))
+                        index.setdefault(key, []).append(block.lineno)  # type: ignore[union-attr]
+        src.cache["flags_asserted_unset"] = index
+    return index  # type: ignore[return-value]
 
 
 _MAIN_ONLY_DECORATOR = re.compile(r"(?i)^(rank_?zero|rank_?0|master|main|main_?process|leader)_?only$")
@@ -1842,13 +1854,19 @@ def is_not_main_check(src: Source, test: ast.AST) -> bool:
 
 
 def _early_return_unless_main(src: Source, func: ast.AST, node: ast.AST) -> bool:
+    return _after_an_early_exit(func, node, lambda test: is_not_main_check(src, test))
+
+
+def _after_an_early_exit(func: ast.AST, node: ast.AST, test_holds) -> bool:
+    """``node`` comes after a statement of ``func``'s body ``if TEST: ... return``
+    (or ``raise``) whose ``TEST`` satisfies ``test_holds``."""
     line = getattr(node, "lineno", 0)
     for stmt in func.body:  # type: ignore[attr-defined]
         if getattr(stmt, "lineno", 0) >= line:
             break
         if (
             isinstance(stmt, ast.If)
-            and is_not_main_check(src, stmt.test)
+            and test_holds(stmt.test)
             and stmt.body
             and isinstance(stmt.body[-1], (ast.Return, ast.Raise))
         ):

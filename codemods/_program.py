@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 
 from . import _names as N
 from ._analysis import (
-    Source, called_only_on_main, calls_of_name, dotted, environ_key, is_rank_dependent, last_name,
+    Source, called_name, called_only_on_main, calls_of_name, dotted, environ_key, is_rank_dependent, last_name,
     on_main_process_only,
 )
 
@@ -317,7 +317,7 @@ def _importers(src: Source) -> List[Tuple[str, str]]:
     return texts
 
 
-#: the importers parsed for ``called_only_on_main_by_importers``, by (path, text)
+#: the other modules parsed for this file's facts (importers, imported modules), by (path, text)
 _IMPORTER_MEMO: Dict[Tuple[str, str], Optional[Source]] = {}
 
 
@@ -332,13 +332,13 @@ def _importer_source(path: str, text: str) -> Optional[Source]:
 
 
 def called_only_on_main_by_importers(src: Source, func: ast.AST) -> bool:
-    """``func`` -- a function of this file, or a class (its ``__init__`` runs where
+    """``func`` -- a function of this file, or a class's ``__init__`` (it runs where
     the class is called) -- is never called in this file, and the files that import
     this one call it, each time where only the main process runs: ConvNeXt's
     ``utils.TensorboardLogger`` makes its ``SummaryWriter`` in ``__init__``, and
     ``main.py`` builds it under ``if global_rank == 0:``.  Calls are matched by the
     name called (``utils.TensorboardLogger(...)``, ``TensorboardLogger(...)``)."""
-    name = getattr(func, "name", None)
+    name = called_name(src, func)
     if not name or calls_of_name(src, name):
         return False
     found = False
@@ -363,12 +363,7 @@ def runs_only_on_main_by_its_callers(src: Source, node: ast.AST) -> bool:
     (``called_only_on_main``) or, never called here, by the files that import this
     one; in a class's ``__init__``, the class is what is called."""
     func = src.function_of(node)
-    if func is None:
-        return False
-    owner = src.parent(func)
-    if getattr(func, "name", "") == "__init__" and isinstance(owner, ast.ClassDef):
-        func = owner
-    return called_only_on_main(src, func) or called_only_on_main_by_importers(src, func)
+    return func is not None and (called_only_on_main(src, func) or called_only_on_main_by_importers(src, func))
 
 
 # ------------------------------------------------------------------ helpers that load checkpoints
@@ -394,11 +389,15 @@ def imported_package_roots(src: Source) -> set:
 def project_setup_calls(src: Source) -> List[ast.Call]:
     """The calls of this file into an imported module's function that calls
     ``init_process_group`` (``dist.init()`` of EDM's own wrapper module)."""
-    roots = imported_package_roots(src)
-    return [
-        call for call in src.calls
-        if src.qualname(call.func).split(".", 1)[0] in roots and sets_up_the_process_group(src, call)
-    ] if roots else []
+    found = src.cache.get("project_setup_calls")
+    if found is None:
+        roots = imported_package_roots(src)
+        found = [
+            call for call in src.calls
+            if src.qualname(call.func).split(".", 1)[0] in roots and sets_up_the_process_group(src, call)
+        ] if roots else []
+        src.cache["project_setup_calls"] = found
+    return list(found)  # type: ignore[arg-type]
 
 
 def sets_up_the_process_group(src: Source, call: ast.Call, depth: int = 3) -> bool:

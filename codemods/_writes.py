@@ -616,7 +616,5 @@ def built_main_process_first(src: A.Source, node: ast.AST, depth: int = 3) -> bo
     func = src.function_of(node)
     if func is None or depth == 0:
         return False
-    owner = src.parent(func)
-    callee = owner if isinstance(owner, ast.ClassDef) and func.name == "__init__" else func
-    calls = A.calls_of_name(src, callee.name)
+    calls = A.calls_of(src, func)
     return bool(calls) and all(built_main_process_first(src, c, depth - 1) for c in calls)

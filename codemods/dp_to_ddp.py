@@ -1039,7 +1039,6 @@ def _loaded_back_message(name: str) -> str:
 
 #: what shows a message: print, logging and logger methods, click.echo, tqdm.write
 _OUTPUT_CALLS = frozenset({"print", "info", "debug", "warning", "warn", "error", "log", "echo", "write"})
-_DATA_PARALLEL_IN_TEXT = re.compile(r"(?<!Distributed)DataParallel")
 
 
 def _messages_naming_data_parallel(src: A.Source) -> List[ast.AST]:
@@ -1053,7 +1052,7 @@ def _messages_naming_data_parallel(src: A.Source) -> List[ast.AST]:
         if A.last_name(call.func) not in _OUTPUT_CALLS:
             continue
         for arg in call.args:
-            if any(isinstance(n, ast.Constant) and isinstance(n.value, str) and _DATA_PARALLEL_IN_TEXT.search(n.value)
+            if any(isinstance(n, ast.Constant) and isinstance(n.value, str) and A.DATA_PARALLEL_WORD.search(n.value)
                    for n in ast.walk(arg)):
                 found.append(call)
                 break

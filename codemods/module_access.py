@@ -170,8 +170,8 @@ class ModuleAccess(Transform):
                 self._note_imported_saver(call, name, *dict(self.role.imported_state_dict_savers)[func.value])
             elif isinstance(func, cst.Name) and func.value in self._imported_functions():
                 self._hand_over(call, scope, name, self._imported_functions()[func.value])
-            elif self._imported_module_function(func) is not None:  # utils.restart_from_checkpoint(...)
-                self._hand_over(call, scope, name, self._imported_module_function(func))
+            elif (imported := self._imported_module_function(func)) is not None:  # utils.restart_from_checkpoint(...)
+                self._hand_over(call, scope, name, imported)
             elif isinstance(func, (cst.Name, cst.Attribute)) and _SAVER.search(P.dotted_name(func).rsplit(".", 1)[-1]):
                 self._note_foreign_saver(call, name)
             elif P.dotted_name(func).split(".", 1)[0] in foreign:  # early_stopping(val_loss, model)

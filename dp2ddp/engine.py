@@ -353,22 +353,33 @@ def deepest_statement(data: bytes) -> Tuple[int, int]:
         tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return 1, 1
-    best, where = -1, (1, 0)
-    stack = [(tree, 0, (1, 0))]
+    where = _deepest_statement_node(tree)
+    line, offset = (where.lineno, where.col_offset) if where is not None else (1, 0)
+    return line, character_column(decode(data).splitlines(), line, offset)  # (ast counts UTF-8 bytes)
+
+
+def _deepest_statement_node(tree: ast.AST) -> Optional[ast.stmt]:
+    """The statement that holds the most deeply nested node of ``tree`` (None for
+    an empty module), walked with a stack of its own."""
+    best, where = -1, None
+    stack: List[tuple] = [(tree, 0, None)]
     while stack:
         node, depth, statement = stack.pop()
         if isinstance(node, ast.stmt):
-            statement = (node.lineno, node.col_offset)
+            statement = node
         if depth > best:
             best, where = depth, statement
         stack.extend((child, depth + 1, statement) for child in ast.iter_child_nodes(node))
-    line, offset = where
-    return line, character_column(decode(data).splitlines(), line, offset)  # (ast counts UTF-8 bytes)
+    return where
+
+
+#: what ``_too_deep``'s error says (``_convert_one_file`` holds such statements back)
+_TOO_DEEP = "too deeply nested to"
 
 
 def _too_deep(path: str, data: bytes, what: str) -> str:
     line, column = deepest_statement(data)
-    return f"{path}:{line}:{column}: too deeply nested to {what} (this statement); left unchanged"
+    return f"{path}:{line}:{column}: {_TOO_DEEP} {what} (this statement); left unchanged"
 
 
 def _check_compiles(path: str, data: bytes) -> None:
@@ -496,7 +507,7 @@ def _convert_one(job) -> tuple:
 
 def _convert_one_file(job) -> tuple:
     result = _convert_as_written(job)
-    if result[3] is not None and "too deeply nested" in result[3]:
+    if result[3] is not None and _TOO_DEEP in result[3]:
         held = _convert_holding_deep_statements(job)
         if held is not None:
             return held
@@ -527,15 +538,7 @@ def _hold_deepest(data: bytes, held: List[_Held]) -> Optional[bytes]:
         tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    best, where = -1, None
-    stack: List[tuple] = [(tree, 0, None)]
-    while stack:
-        node, depth, statement = stack.pop()
-        if isinstance(node, ast.stmt):
-            statement = node
-        if depth > best:
-            best, where = depth, statement
-        stack.extend((child, depth + 1, statement) for child in ast.iter_child_nodes(node))
+    where = _deepest_statement_node(tree)
     if where is None or any(isinstance(getattr(where, f, None), list) for f in ("body", "orelse", "handlers")):
         return None
     lines = data.splitlines(keepends=True)
@@ -568,7 +571,7 @@ def _convert_holding_deep_statements(job) -> Optional[tuple]:
         if current is None:
             return None
         result = _convert_as_written((path, current, role, settings, skip))
-        if result[3] is None or "too deeply nested" not in result[3]:
+        if result[3] is None or _TOO_DEEP not in result[3]:
             break
     if result is None or result[3] is not None:
         return None

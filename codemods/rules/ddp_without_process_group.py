@@ -8,7 +8,7 @@ from typing import Iterator, Optional
 
 from .. import _names as N
 from .._analysis import Source, is_collective
-from .._program import imported_package_roots, sets_up_the_process_group
+from .._program import imported_package_roots, project_setup_calls
 from ._base import Diagnostic, Rule
 
 _SETUP_HELPER = re.compile(r"(?i)(init|setup|set_up|launch).*(dist|ddp|process_group|parallel)|(dist|ddp).*(init|setup)")
@@ -58,7 +58,6 @@ class DDPWithoutProcessGroup(Rule):
             return
         first = None
         inits = []
-        roots = imported_package_roots(src)
         for call in src.calls:
             name = src.qualname(call.func)
             if name in N.SPAWN:
@@ -68,11 +67,10 @@ class DDPWithoutProcessGroup(Rule):
                 continue
             if _SETUP_HELPER.search(name.rsplit(".", 1)[-1]):
                 return
-            if name.split(".", 1)[0] in roots and sets_up_the_process_group(src, call):
-                inits.append(call)  # ``dist.init()`` of the project's own wrapper module (EDM)
-                continue
             if first is None and (name in N.DDP or is_collective(src, call)):
                 first = call
+        if first is not None and not any(_reached(src, init, first) for init in inits):
+            inits = project_setup_calls(src)  # ``dist.init()`` of the project's own wrapper module (EDM)
         if first is not None and not any(_reached(src, init, first) for init in inits):
             if not _handed_to_a_launcher(src, first):
                 yield self.diagnostic(src, first)
